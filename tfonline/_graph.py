@@ -1,0 +1,238 @@
+"""The training graph of one setting: partitions on ps nodes, a replica per worker.
+
+Between-graph replication, as TensorFlow's PS training has always done it:
+every worker gets its own ``tf.Graph`` with one call of the user's
+``model_fn`` on the worker's device and the parameters on the ps devices;
+the graphs name the same variables, so they share them on the servers.
+
+Variables created in ``model_fn`` are intercepted twice: a variable-scope
+*partitioner* cuts large ``get_variable`` variables into P row blocks, and a
+*variable creator* puts each created variable (whole, or one block) on the
+ps node the placement map gives it. Users write ordinary TF code.
+
+Everything a job creates lives in one resource container, so a job's state
+can be dropped from long-lived servers without touching other jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from tfonline.exceptions import JobDefinitionError
+from tfonline.placement import Partition, shards_for
+
+GLOBAL_STEP_NAME = "tfonline_global_step"
+
+
+def node_device(index: int) -> str:
+    return f"/job:node/task:{index}/device:CPU:0"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Which nodes are ps and which are workers under one setting."""
+
+    ps_nodes: tuple[int, ...]
+    worker_nodes: tuple[int, ...]
+
+    @classmethod
+    def from_setting(cls, setting: dict[str, Any]) -> Layout:
+        ps, workers = setting["ps"], setting["worker"]
+        return cls(tuple(range(ps)), tuple(range(ps, ps + workers)))
+
+
+@dataclass
+class PartitioningRule:
+    partition_count: int
+    min_bytes: int
+
+    def __call__(self, shape, dtype):
+        dims = shape.as_list() if hasattr(shape, "as_list") else list(shape)
+        shards = shards_for(tuple(dims), tf.as_dtype(dtype).size, self.partition_count, self.min_bytes)
+        return [shards] + [1] * (len(dims) - 1)
+
+
+@dataclass
+class WorkerGraph:
+    """One worker's graph and the tensors the driver runs."""
+
+    graph: tf.Graph
+    worker_node: int
+    loss: tf.Tensor
+    train_op: tf.Operation  # async: compute and apply; sync: compute and accumulate
+    apply_op: tf.Operation | None  # sync only, run by the chief after every worker accumulated
+    init_op: tf.Operation  # the job's variables (run once, by the chief)
+    local_init_op: tf.Operation  # this worker's input iterator
+    global_step: tf.Variable
+    model_variables: list = field(default_factory=list)
+
+
+def _check_loss(loss: Any) -> None:
+    if not isinstance(loss, tf.Tensor):
+        raise JobDefinitionError(f"model_fn must return a scalar float loss tensor, got {type(loss).__name__}")
+    if loss.shape.rank != 0 or not loss.dtype.is_floating:
+        raise JobDefinitionError(
+            f"model_fn must return a scalar float loss tensor, got shape {tuple(loss.shape.as_list() or ())} "
+            f"dtype {loss.dtype.name}"
+        )
+
+
+def _input(job, shard: int, num_shards: int, shared_name: str | None = None):
+    dataset = job.input_fn(shard, num_shards)
+    if not isinstance(dataset, tf.data.Dataset):
+        raise JobDefinitionError(
+            f"input_fn must return a tf.data.Dataset of (features, labels), got {type(dataset).__name__}"
+        )
+    # A shared name keeps the iterator, and its position, on the worker's
+    # server across sessions: a session reopened with a new ConfigProto
+    # reads on where the old one stopped.
+    iterator = tf.compat.v1.data.make_initializable_iterator(dataset, shared_name=shared_name)
+    element = iterator.get_next()
+    if not isinstance(element, (tuple, list)) or len(element) != 2:
+        raise JobDefinitionError(
+            f"input_fn's dataset must yield (features, labels) pairs, got {type(element).__name__}"
+            + (f" of length {len(element)}" if isinstance(element, (tuple, list)) else "")
+        )
+    return iterator, element[0], element[1]
+
+
+def _model(job, features, labels, rule: PartitioningRule, creator):
+    scope = tf.compat.v1.get_variable_scope()
+    with tf.compat.v1.variable_creator_scope(creator):
+        with tf.compat.v1.variable_scope(scope, partitioner=rule, use_resource=True):
+            loss = job.model_fn(features, labels)
+    _check_loss(loss)
+    return loss
+
+
+def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) -> list[Partition]:
+    """Builds the model once, on no device, and lists its logical partitions.
+
+    This also checks the job's methods return what they must, before any
+    node is started.
+    """
+    graph = tf.Graph()
+    created: list[Partition] = []
+
+    def recording_creator(next_creator, **kwargs):
+        variable = next_creator(**kwargs)
+        shape = tuple(variable.shape.as_list())
+        if any(d is None for d in shape):
+            raise JobDefinitionError(f"variables must have a fully known shape, got {shape} for {variable.name}")
+        nbytes = variable.dtype.size
+        for d in shape:
+            nbytes *= d
+        created.append(Partition(variable.name.split(":")[0], shape, variable.dtype.base_dtype.name, nbytes))
+        return variable
+
+    with graph.as_default():
+        if seed is not None:
+            tf.compat.v1.set_random_seed(seed)
+        _, features, labels = _input(job, 0, 1)
+        _model(job, features, labels, rule, recording_creator)
+        if not created:
+            raise JobDefinitionError("model_fn must create at least one variable to train, got none")
+        optimizer = job.optimizer_fn()
+        if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+            raise JobDefinitionError(
+                f"optimizer_fn must return a tf.compat.v1.train.Optimizer, got {type(optimizer).__name__}"
+            )
+    return created
+
+
+def build_worker_graph(
+    job,
+    layout: Layout,
+    worker_rank: int,
+    partitions: list[Partition],
+    placement: list[int],
+    rule: PartitioningRule,
+    container: str,
+    sync: bool,
+    seed: int | None = None,
+) -> WorkerGraph:
+    """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief)."""
+    graph = tf.Graph()
+    ps_devices = [node_device(n) for n in layout.ps_nodes]
+    worker_node = layout.worker_nodes[worker_rank]
+    counter = itertools.count()
+    model_variables = []
+
+    def placing_creator(next_creator, **kwargs):
+        index = next(counter)
+        if index >= len(partitions):
+            raise JobDefinitionError(
+                f"model_fn must create the same variables on every call, got more than {len(partitions)}"
+            )
+        with tf.device(ps_devices[placement[index]]):
+            variable = next_creator(**kwargs)
+        if tuple(variable.shape.as_list()) != partitions[index].shape:
+            raise JobDefinitionError(
+                f"model_fn must create the same variables on every call, got {variable.name} with shape "
+                f"{tuple(variable.shape.as_list())}, expected {partitions[index].shape}"
+            )
+        model_variables.append(variable)
+        return variable
+
+    with graph.as_default(), tf.compat.v1.container(container):
+        if seed is not None:
+            tf.compat.v1.set_random_seed(seed)
+        with tf.device(ps_devices[0]):
+            global_step = tf.compat.v1.get_variable(
+                GLOBAL_STEP_NAME, [], tf.int64, tf.compat.v1.zeros_initializer(), trainable=False, use_resource=True
+            )
+        with tf.device(node_device(worker_node)):
+            num_shards = len(layout.worker_nodes)
+            shared_name = f"{container}_input_{worker_rank}_of_{num_shards}"
+            iterator, features, labels = _input(job, worker_rank, num_shards, shared_name)
+            loss = _model(job, features, labels, rule, placing_creator)
+            optimizer = job.optimizer_fn()
+            grads_and_vars = [(g, v) for g, v in optimizer.compute_gradients(loss) if g is not None]
+            if not grads_and_vars:
+                raise JobDefinitionError("model_fn's loss must depend on at least one trainable variable, got none")
+            apply_op = None
+            if sync:
+                train_op, apply_op = _sync_ops(optimizer, grads_and_vars, len(layout.worker_nodes), global_step)
+            else:
+                train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+        init_op = tf.compat.v1.global_variables_initializer()
+        local_init_op = iterator.initializer
+    graph.finalize()
+    return WorkerGraph(
+        graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables
+    )
+
+
+def _sync_ops(optimizer, grads_and_vars, worker_count: int, global_step):
+    """Synchronous training as two phases around a barrier in the driver.
+
+    Every worker adds its gradient into an accumulator that lives next to
+    its variable; then the chief applies the mean once and clears the
+    accumulators. The driver's barrier orders the phases, so one global step
+    is one update made of every worker's gradient.
+    """
+    accumulate, mean_grads = [], []
+    for grad, var in grads_and_vars:
+        with tf.device(var.device):
+            acc = tf.compat.v1.get_variable(
+                var.op.name + "/sync_accumulator",
+                var.shape,
+                var.dtype.base_dtype,
+                tf.compat.v1.zeros_initializer(),
+                trainable=False,
+                use_resource=True,
+            )
+            if isinstance(grad, tf.IndexedSlices):
+                accumulate.append(acc.scatter_add(grad).op)
+            else:
+                accumulate.append(acc.assign_add(grad).op)
+            mean_grads.append((acc.read_value() / worker_count, var, acc))
+    train_op = tf.group(*accumulate)
+    apply = optimizer.apply_gradients([(g, v) for g, v, _ in mean_grads], global_step=global_step)
+    with tf.control_dependencies([apply]):
+        clear = [acc.assign(tf.zeros_like(acc)).op for _, _, acc in mean_grads]
+    return train_op, tf.group(*clear)

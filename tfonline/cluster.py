@@ -1,0 +1,373 @@
+"""Clusters of TensorFlow server nodes: started here, or given.
+
+A cluster is N nodes of one TensorFlow job named ``node``; which nodes act as
+parameter servers and which as workers is decided per setting by the graph,
+not by the cluster. :class:`LocalCluster` starts the nodes as processes on
+this machine and owns them: it stops every one of them on normal exit, on an
+exception and on Ctrl-C, and a node also exits by itself when its driver dies
+(it watches its stdin). :class:`ExistingCluster` uses nodes started elsewhere,
+for instance with ``tfonline node``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from tfonline.exceptions import ClusterError, ConfigurationError, NodeFailedError
+
+logger = logging.getLogger("tfonline")
+
+DEFAULT_START_TIMEOUT_S = 120.0
+
+
+def default_node_count(cores: int | None = None) -> int:
+    """Nodes for the embedded cluster: cores + 2, at least 3.
+
+    On a small machine this oversubscribes the cores on purpose: a node that a
+    setting leaves idle costs memory only, and the extra nodes give the tuner a
+    real choice of layouts (ps and worker counts).
+    """
+    cores = cores or os.cpu_count() or 1
+    return max(3, cores + 2)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_answers(address: str, timeout_s: float = 0.5) -> bool:
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class NodeThreads:
+    """The server thread pools of one node (0 lets TensorFlow choose)."""
+
+    intra_op_parallelism_threads: int = 0
+    inter_op_parallelism_threads: int = 0
+
+
+class Cluster:
+    """What the graph and the workers need of a cluster."""
+
+    addresses: list[str]
+
+    @property
+    def node_count(self) -> int:
+        return len(self.addresses)
+
+    def target(self, index: int) -> str:
+        return "grpc://" + self.addresses[index]
+
+    def node_threads(self, index: int) -> NodeThreads:
+        raise NotImplementedError
+
+    def set_node_threads(self, index: int, threads: NodeThreads) -> None:
+        """Gives node ``index`` these server thread pools (a restart where needed)."""
+        raise NotImplementedError
+
+    def check_alive(self) -> None:
+        """Raises :class:`NodeFailedError` naming the first node found dead."""
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class ExistingCluster(Cluster):
+    """Nodes started elsewhere, e.g. ``tfonline node --cluster A,B,C --index I``.
+
+    tfonline neither starts nor stops these nodes, so it cannot change their
+    thread pools: those are fixed by how each node was started, and
+    ``threads`` says what they are (TensorFlow's defaults when not given).
+    """
+
+    def __init__(self, addresses: list[str], threads: NodeThreads | None = None):
+        if isinstance(addresses, str) or not addresses:
+            raise ConfigurationError(f"cluster must be a non-empty list of 'host:port' addresses, got {addresses!r}")
+        for a in addresses:
+            if not isinstance(a, str) or ":" not in a or not a.rsplit(":", 1)[1].isdigit():
+                raise ConfigurationError(f"cluster addresses must look like 'host:port', got {a!r}")
+        self.addresses = list(addresses)
+        self._threads = threads or NodeThreads()
+        missing = [a for a in self.addresses if not port_answers(a, timeout_s=2.0)]
+        if missing:
+            raise ClusterError(f"cluster nodes must be serving, but nothing answers at {', '.join(missing)}")
+
+    def node_threads(self, index: int) -> NodeThreads:
+        return self._threads
+
+    def set_node_threads(self, index: int, threads: NodeThreads) -> None:
+        if threads != self._threads:
+            raise ConfigurationError(
+                f"thread knobs of a given cluster are fixed at {self._threads.intra_op_parallelism_threads}/"
+                f"{self._threads.inter_op_parallelism_threads} (intra/inter); got "
+                f"{threads.intra_op_parallelism_threads}/{threads.inter_op_parallelism_threads} for node {index}"
+            )
+
+    def check_alive(self) -> None:
+        for i, a in enumerate(self.addresses):
+            if not port_answers(a, timeout_s=2.0):
+                raise NodeFailedError(f"node {i} ({a}) stopped answering during the job", i)
+
+
+@dataclass
+class _Process:
+    popen: subprocess.Popen
+    log_path: str
+    lines: queue.Queue = field(default_factory=queue.Queue)
+
+    def read_stdout(self) -> None:
+        for line in self.popen.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def next_line(self, deadline: float) -> str:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line is None:
+                raise EOFError
+            return line.strip()
+
+    def log_tail(self, n: int = 3) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith(("I0000", "WARNING: All log"))]
+        except OSError:
+            return ""
+        return " | ".join(lines[-n:])
+
+
+class LocalCluster(Cluster):
+    """N node processes on this machine, each a ``tf.distribute.Server``.
+
+    Args:
+        nodes: how many nodes; :func:`default_node_count` when None.
+        host: the interface the servers listen on.
+        warm_spare: keep one process with TensorFlow imported, ready to
+            replace a node whose thread pools change, so the restart does not
+            pay the import.
+        start_timeout_s: how long a node may take to start serving.
+    """
+
+    def __init__(
+        self,
+        nodes: int | None = None,
+        host: str = "127.0.0.1",
+        warm_spare: bool = True,
+        start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
+        threads: NodeThreads | list[NodeThreads] | None = None,
+    ):
+        count = default_node_count() if nodes is None else nodes
+        if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+            raise ConfigurationError(f"nodes must be an integer >= 2 (one ps and one worker), got {nodes!r}")
+        self.host = host
+        self.addresses = [f"{host}:{free_port(host)}" for _ in range(count)]
+        self._start_timeout_s = start_timeout_s
+        self._warm_spare = warm_spare
+        self._log_dir = tempfile.mkdtemp(prefix="tfonline-nodes-")
+        self._lock = threading.RLock()
+        self._procs: list[_Process | None] = [None] * count
+        self._threads: list[NodeThreads] = (
+            list(threads) if isinstance(threads, list) else [threads or NodeThreads() for _ in range(count)]
+        )
+        self._spare: _Process | None = None
+        self._spawned = 0
+        self._stopped = False
+        self.restart_count = 0
+        self.served: list[dict] = [{} for _ in range(count)]
+        try:
+            self._start_all()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- processes -----------------------------------------------------------
+
+    def _spawn(self) -> _Process:
+        self._spawned += 1
+        log_path = os.path.join(self._log_dir, f"process-{self._spawned}.log")
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # XLA auto-clustering on CPU (the global_jit_level knob) only acts
+        # when this flag is set in the process that executes the graph.
+        flags = env.get("TF_XLA_FLAGS", "")
+        if "--tf_xla_cpu_global_jit" not in flags:
+            env["TF_XLA_FLAGS"] = (flags + " --tf_xla_cpu_global_jit").strip()
+        with open(log_path, "w") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "tfonline._node"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env=env,
+                # Own session: a Ctrl-C at the terminal reaches the driver,
+                # which then stops the nodes in order.
+                start_new_session=True,
+            )
+        proc = _Process(popen, log_path)
+        threading.Thread(target=proc.read_stdout, daemon=True, name="tfonline-node-stdout").start()
+        return proc
+
+    def _describe(self, index: int) -> str:
+        return f"node {index} ({self.addresses[index]})"
+
+    def _await(self, proc: _Process, expected: str, what: str, deadline: float) -> str:
+        try:
+            return proc.next_line(deadline)
+        except TimeoutError:
+            raise ClusterError(
+                f"{what} did not report '{expected}' within {self._start_timeout_s:.0f} s; log: {proc.log_tail()}"
+            ) from None
+        except EOFError:
+            raise ClusterError(
+                f"{what} exited with code {proc.popen.wait()} before '{expected}'; log: {proc.log_tail()}"
+            ) from None
+
+    def _serve(self, proc: _Process, index: int, deadline: float) -> None:
+        what = self._describe(index)
+        line = self._await(proc, "imported", what, deadline)
+        if line != "imported":
+            raise ClusterError(f"{what} said {line!r}, expected 'imported'")
+        threads = self._threads[index]
+        spec = {
+            "addresses": self.addresses,
+            "task_index": index,
+            "intra_op_parallelism_threads": threads.intra_op_parallelism_threads,
+            "inter_op_parallelism_threads": threads.inter_op_parallelism_threads,
+        }
+        proc.popen.stdin.write(json.dumps(spec) + "\n")
+        proc.popen.stdin.flush()
+        served = json.loads(self._await(proc, "serving", what, deadline))
+        while not port_answers(self.addresses[index]):
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{what} reported serving but its port does not answer")
+            time.sleep(0.05)
+        self.served[index] = served
+        self._procs[index] = proc
+
+    def _start_all(self) -> None:
+        started = time.monotonic()
+        deadline = started + self._start_timeout_s
+        procs = [self._spawn() for _ in self.addresses]
+        self._procs = list(procs)  # owned from here on, so stop() reaches them
+        for index, proc in enumerate(procs):
+            self._serve(proc, index, deadline)
+        self.start_time_s = time.monotonic() - started
+        logger.info("cluster of %d nodes serving after %.1f s", self.node_count, self.start_time_s)
+        if self._warm_spare:
+            self._spare = self._spawn()
+
+    # -- the Cluster interface -----------------------------------------------
+
+    def node_threads(self, index: int) -> NodeThreads:
+        return self._threads[index]
+
+    def set_node_threads(self, index: int, threads: NodeThreads) -> None:
+        with self._lock:
+            if self._threads[index] == threads:
+                return
+            self._threads[index] = threads
+            self.restart_node(index)
+
+    def restart_node(self, index: int) -> float:
+        """Replaces node ``index`` by a process serving its current thread pools.
+
+        Everything that lived on the node (variables, queues) is lost; callers
+        move what they need first. Returns the restart's wall time in seconds.
+        """
+        with self._lock:
+            started = time.monotonic()
+            old = self._procs[index]
+            if old is not None:
+                self._end(old)
+            self._procs[index] = None
+            proc = self._spare if self._spare is not None and self._spare.popen.poll() is None else self._spawn()
+            self._spare = None
+            # The old server may hold the port for a moment after exiting.
+            deadline = time.monotonic() + self._start_timeout_s
+            self._serve(proc, index, deadline)
+            if self._warm_spare:
+                self._spare = self._spawn()
+            self.restart_count += 1
+            return time.monotonic() - started
+
+    def check_alive(self) -> None:
+        for index, proc in enumerate(self._procs):
+            if proc is not None and proc.popen.poll() is not None:
+                raise NodeFailedError(
+                    f"{self._describe(index)} died during the job with exit code {proc.popen.returncode}", index
+                )
+
+    def pids(self) -> list[int]:
+        """Process ids of the nodes and of the warm spare."""
+        procs = [p for p in self._procs if p is not None] + ([self._spare] if self._spare else [])
+        return [p.popen.pid for p in procs]
+
+    @staticmethod
+    def _end(proc: _Process, grace_s: float = 3.0) -> None:
+        popen = proc.popen
+        if popen.poll() is None:
+            try:
+                popen.stdin.close()  # a node exits on end of stdin
+            except OSError:
+                pass
+            try:
+                popen.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                popen.kill()
+                popen.wait()
+        for stream in (popen.stdin, popen.stdout):
+            try:
+                stream.close()
+            except (OSError, ValueError):
+                pass
+
+    def stop(self) -> None:
+        """Stops every node process and the spare; safe to call twice."""
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+            procs = [p for p in self._procs if p is not None]
+            if self._spare is not None:
+                procs.append(self._spare)
+            for p in procs:
+                try:
+                    p.popen.stdin.close()
+                except (OSError, ValueError):
+                    pass
+            for p in procs:
+                self._end(p)
+            self._procs = [None] * len(self.addresses)
+            self._spare = None

@@ -1,0 +1,41 @@
+"""The one exception hierarchy of tfonline.
+
+Every error a user can see derives from :class:`TfOnlineError`; errors in
+what the user passed in also derive from :class:`ValueError` (or
+:class:`TypeError`), so ordinary ``except ValueError`` code keeps working.
+Messages name what was expected and what was got.
+"""
+
+from __future__ import annotations
+
+
+class TfOnlineError(Exception):
+    """Base class of every tfonline error."""
+
+
+class ConfigurationError(TfOnlineError, ValueError):
+    """A job, setting, knob or option given by the user is invalid."""
+
+
+class JobDefinitionError(TfOnlineError, TypeError):
+    """The user's ``MLJobFramework`` subclass is incomplete or returns the wrong thing."""
+
+
+class RepositoryError(TfOnlineError):
+    """The SQLite repository cannot be opened, written or read."""
+
+
+class ClusterError(TfOnlineError):
+    """A node process could not be started, or stopped answering."""
+
+
+class NodeFailedError(ClusterError):
+    """A node process died while a job was running on it."""
+
+    def __init__(self, message: str, node_index: int):
+        super().__init__(message)
+        self.node_index = node_index
+
+
+class DatasetExhaustedError(TfOnlineError):
+    """A worker's input ended before the job converged."""
