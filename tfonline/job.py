@@ -1,0 +1,153 @@
+"""``MLJobFramework``: what a user subclasses to run a job with tfonline."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from tfonline.exceptions import ConfigurationError, JobDefinitionError
+
+REQUIRED_METHODS = {
+    "input_fn": "input_fn(self, shard, num_shards)",
+    "model_fn": "model_fn(self, features, labels)",
+    "optimizer_fn": "optimizer_fn(self)",
+}
+MODES = ("async", "sync")
+
+
+@dataclass
+class RunResult:
+    """What :meth:`MLJobFramework.run` returns."""
+
+    job_id: str
+    status: str  # converged | stopped | failed | interrupted | data_exhausted
+    stop_reason: str
+    iterations: int
+    completion_time_s: float
+    time_to_first_iteration_s: float | None
+    final_loss: float | None
+    db: str
+
+
+class MLJobFramework:
+    """Base class of a training job run by tfonline.
+
+    Subclasses define three methods, all in ordinary ``tf.compat.v1`` graph
+    code:
+
+    - ``input_fn(shard, num_shards)`` returns a ``tf.data.Dataset`` of
+      ``(features, labels)`` batches: this worker's shard of the data. It
+      runs on the worker's node, so it must be built from TensorFlow ops
+      (files, tensors, ``tf.random``), not from Python generators.
+    - ``model_fn(features, labels)`` builds the model and returns a scalar
+      float loss tensor. Variables may be created with
+      ``tf.compat.v1.get_variable`` (large ones are then partitioned across
+      the ps nodes; use ``tf.nn.embedding_lookup`` for sparse reads) or with
+      ``tf.Variable``.
+    - ``optimizer_fn()`` returns a ``tf.compat.v1.train.Optimizer``.
+
+    Class attributes set the stopping rule: ``target_loss`` (required),
+    ``max_steps``, ``max_seconds`` and ``smoothing_window`` (the span, in
+    iterations, of the exponential moving average the target is compared
+    with).
+    """
+
+    target_loss: float | None = None
+    max_steps: int | None = None
+    max_seconds: float | None = None
+    smoothing_window: int = 20
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def input_fn(self, shard: int, num_shards: int):
+        raise NotImplementedError
+
+    def model_fn(self, features, labels):
+        raise NotImplementedError
+
+    def optimizer_fn(self):
+        raise NotImplementedError
+
+    def run(
+        self,
+        setting: dict[str, Any] | None = None,
+        *,
+        tune: bool = False,
+        db: str | os.PathLike = "tfonline.db",
+        mode: str = "async",
+        cluster: Any = None,
+        nodes: int | None = None,
+        seed: int = 0,
+        max_steps: int | None = None,
+        max_seconds: float | None = None,
+        quiet: bool = False,
+    ) -> RunResult:
+        """Runs the job on a TensorFlow cluster until it converges.
+
+        Args:
+            setting: knob values (see :mod:`tfonline.setting`); unset knobs
+                take TensorFlow's defaults, with one ps node.
+            tune: learn and switch to better settings while training.
+            db: the SQLite repository every iteration is logged to.
+            mode: ``"async"`` (Hogwild-style: each worker pushes its own
+                update) or ``"sync"`` (one update from all workers' gradients).
+            cluster: None for an embedded local cluster, a list of
+                ``host:port`` node addresses, or a :class:`tfonline.cluster.Cluster`.
+            nodes: how many nodes the embedded cluster starts.
+            seed: the graph-level random seed.
+            max_steps, max_seconds: override the class attributes.
+            quiet: no progress lines.
+
+        Returns:
+            A :class:`RunResult`; the full history is in ``db``.
+
+        Raises:
+            JobDefinitionError: a method is missing or returns the wrong thing.
+            ConfigurationError: an invalid option, knob or value.
+            RepositoryError: ``db`` cannot be used.
+            DatasetExhaustedError: a worker's data ended before convergence.
+            NodeFailedError: a node process died during the job.
+        """
+        self._validate(tune, mode)
+        limits = (
+            self.max_steps if max_steps is None else max_steps,
+            self.max_seconds if max_seconds is None else max_seconds,
+        )
+        _check_limits(*limits)
+        from tfonline._runner import Runner
+
+        return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
+                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet).run()
+
+    def _validate(self, tune: bool, mode: str) -> None:
+        for method, signature in REQUIRED_METHODS.items():
+            if getattr(type(self), method) is getattr(MLJobFramework, method):
+                raise JobDefinitionError(f"{self.name} must define {signature}; it is missing")
+        target = self.target_loss
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or math.isnan(target) or target <= 0:
+            raise ConfigurationError(f"target_loss must be a number > 0, got {target!r}")
+        if math.isinf(target):
+            raise ConfigurationError(f"target_loss must be finite, got {target!r}")
+        window = self.smoothing_window
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ConfigurationError(f"smoothing_window must be an integer >= 1, got {window!r}")
+        if mode not in MODES:
+            raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if tune:
+            raise ConfigurationError(
+                "tune=True needs the tuning manager, which this version of tfonline does not have yet; "
+                "got tune=True (run with tune=False and a fixed setting)"
+            )
+
+
+def _check_limits(max_steps: Any, max_seconds: Any) -> None:
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise ConfigurationError(f"max_steps must be an integer >= 1 or None, got {max_steps!r}")
+    if max_seconds is not None and (
+        isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0
+    ):
+        raise ConfigurationError(f"max_seconds must be a number > 0 or None, got {max_seconds!r}")

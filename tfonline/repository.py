@@ -1,0 +1,297 @@
+"""The repository: one SQLite file, through sqlite-utils, that outlives jobs.
+
+Writes go through a queue to one writer thread, so training threads never
+wait on the disk. The file is in WAL mode with ``synchronous=NORMAL``: a
+committed transaction survives a crash of the driver (SIGKILL included), and
+readers (``tfonline report``) can read while a job writes. The writer
+commits at least every ``commit_interval_s``.
+
+Schema (version :data:`SCHEMA_VERSION`), one row per:
+
+- ``jobs``: a run of an ``MLJobFramework``: name, script, status and why it
+  stopped, target, knob space, host and TensorFlow fingerprint.
+- ``settings``: a resolved setting (all knobs), keyed by a content hash.
+- ``segments``: the iterations run under one setting, in order.
+- ``iterations``: one global step: worker, setting, execution time, loss.
+- ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
+  the setting changes and the progress estimates (filled by later parts).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import sqlite3
+import threading
+import time
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from tfonline.exceptions import RepositoryError
+
+SCHEMA_VERSION = 1
+
+_TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
+    "meta": ({"key": str, "value": str}, "key"),
+    "jobs": (
+        {
+            "id": str,
+            "name": str,
+            "script": str,
+            "mode": str,
+            "status": str,
+            "stop_reason": str,
+            "message": str,
+            "target_loss": float,
+            "max_steps": int,
+            "max_seconds": float,
+            "started_at": float,
+            "first_iteration_at": float,
+            "finished_at": float,
+            "completion_time_s": float,
+            "iterations": int,
+            "final_loss": float,
+            "node_count": int,
+            "cluster": str,
+            "knob_space": str,
+            "host": str,
+            "tf_version": str,
+            "python": str,
+            "seed": int,
+        },
+        "id",
+    ),
+    "settings": ({"id": str, "knobs": str, "short": str}, "id"),
+    "segments": (
+        {
+            "job_id": str,
+            "segment": int,
+            "setting_id": str,
+            "phase": str,
+            "start_step": int,
+            "end_step": int,
+            "start_loss": float,
+            "end_loss": float,
+            "started_at": float,
+            "ended_at": float,
+        },
+        ("job_id", "segment"),
+    ),
+    "iterations": (
+        {
+            "job_id": str,
+            "step": int,
+            "worker": int,
+            "setting_id": str,
+            "segment": int,
+            "exec_time_s": float,
+            "loss": float,
+            "smoothed_loss": float,
+            "wall_time": float,
+        },
+        ("job_id", "step"),
+    ),
+    "decisions": (
+        {
+            "job_id": str,
+            "step": int,
+            "phase": str,
+            "candidate_setting_id": str,
+            "expected_improvement_s": float,
+            "reconfiguration_cost_s": float,
+            "applied": int,
+            "reason": str,
+            "wall_time": float,
+        },
+        ("job_id", "step"),
+    ),
+    "reconfigurations": (
+        {
+            "job_id": str,
+            "step": int,
+            "from_setting_id": str,
+            "to_setting_id": str,
+            "types": str,
+            "technique": str,
+            "cost_s": float,
+            "bytes_moved": int,
+            "wall_time": float,
+        },
+        ("job_id", "step"),
+    ),
+    "estimates": (
+        {
+            "job_id": str,
+            "step": int,
+            "estimator": str,
+            "loss": float,
+            "remaining_iterations": float,
+            "remaining_s": float,
+            "wall_time": float,
+        },
+        ("job_id", "step", "estimator"),
+    ),
+}
+
+
+def _open(path: str, create: bool) -> sqlite_utils.Database:
+    """Opens ``path`` as a SQLite database, with one-line errors for bad paths."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise RepositoryError(f"db must be a SQLite file path, got the directory {path!r}")
+    if not os.path.exists(path):
+        if not create:
+            raise RepositoryError(f"db must be an existing tfonline repository, got {path!r}: no such file")
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            raise RepositoryError(f"db must be in an existing directory, got {path!r}: {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise RepositoryError(f"db must be a writable path, got {path!r}: {parent} is not writable")
+    elif create and not os.access(path, os.W_OK):
+        raise RepositoryError(f"db must be a writable SQLite file, got {path!r}: permission denied")
+    try:
+        conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        conn.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.DatabaseError as e:
+        raise RepositoryError(f"db must be a SQLite database, got {path!r}: {e}") from e
+    return sqlite_utils.Database(conn)
+
+
+class Repository:
+    """A tfonline repository file.
+
+    Args:
+        path: the SQLite file; created with the schema when missing.
+        create: create the file and schema if needed (a job does); readers
+            (the report) pass False and get an error for a missing file.
+        commit_interval_s: the longest a queued row waits for its commit.
+    """
+
+    def __init__(self, path: str | os.PathLike, create: bool = True, commit_interval_s: float = 0.2):
+        self.path = os.fspath(path)
+        self.db = _open(self.path, create)
+        self._commit_interval_s = commit_interval_s
+        self._queue: queue.Queue = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._writer_error: BaseException | None = None
+        try:
+            if create:
+                self._create_schema()
+            self.schema_version = self._check_schema()
+        except sqlite3.OperationalError as e:
+            raise RepositoryError(f"db must be a writable SQLite file, got {self.path!r}: {e}") from e
+
+    # -- schema --------------------------------------------------------------
+
+    def _create_schema(self) -> None:
+        self.db.execute("PRAGMA journal_mode=WAL")
+        with self.db.conn:
+            for name, (columns, pk) in _TABLES.items():
+                if not self.db[name].exists():
+                    self.db[name].create(columns, pk=pk)
+            if not self.db["meta"].count_where("key = 'schema_version'"):
+                self.db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+        if "idx_iterations_segment" not in {i.name for i in self.db["iterations"].indexes}:
+            self.db["iterations"].create_index(["job_id", "segment"], index_name="idx_iterations_segment")
+
+    def _check_schema(self) -> int:
+        if not self.db["meta"].exists():
+            raise RepositoryError(f"db must be a tfonline repository, got {self.path!r}: it has no tfonline schema")
+        row = self.db.execute("select value from meta where key = 'schema_version'").fetchone()
+        version = int(row[0]) if row else 0
+        if version != SCHEMA_VERSION:
+            raise RepositoryError(
+                f"db has tfonline schema version {version}, this tfonline reads version {SCHEMA_VERSION}: "
+                f"{self.path!r} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} tfonline"
+            )
+        return version
+
+    # -- writing, through one thread -----------------------------------------
+
+    def start_writer(self) -> None:
+        """Starts the writer thread; rows given to :meth:`insert` and friends go through it."""
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_loop, name="tfonline-repository", daemon=True)
+            self._writer.start()
+
+    def insert(self, table: str, row: dict[str, Any], replace: bool = False) -> None:
+        self._submit(("insert", table, row, replace))
+
+    def update(self, table: str, pk: Any, values: dict[str, Any]) -> None:
+        self._submit(("update", table, pk, values))
+
+    def _submit(self, op: tuple) -> None:
+        if self._writer_error is not None:
+            raise RepositoryError(f"the repository writer failed: {self._writer_error}") from self._writer_error
+        if self._writer is None:
+            self.start_writer()
+        self._queue.put(op)
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Waits until every row queued so far is committed."""
+        if self._writer is None:
+            return
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        if not done.wait(timeout_s):
+            raise RepositoryError(f"the repository did not commit within {timeout_s:.0f} s")
+        if self._writer_error is not None:
+            raise RepositoryError(f"the repository writer failed: {self._writer_error}") from self._writer_error
+
+    def close(self) -> None:
+        """Commits what is queued, stops the writer and closes the file."""
+        if self._writer is not None:
+            self._queue.put(("stop", None))
+            self._writer.join(timeout=30)
+            self._writer = None
+        self.db.conn.close()
+
+    def _write_loop(self) -> None:
+        # The writer has a connection of its own: sqlite3 connections are not
+        # meant to be used by two threads at once.
+        db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=30))
+        db.execute("PRAGMA synchronous=NORMAL")
+        while True:
+            ops = [self._queue.get()]
+            deadline = time.monotonic() + self._commit_interval_s
+            while ops[-1][0] not in ("flush", "stop"):
+                try:
+                    ops.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            try:
+                with db.conn:
+                    for op in ops:
+                        if op[0] == "insert":
+                            _, table, row, replace = op
+                            pk = _TABLES[table][1]
+                            db[table].insert(row, pk=pk, replace=replace)
+                        elif op[0] == "update":
+                            _, table, pk, values = op
+                            db[table].update(pk, values)
+            except Exception as e:  # surfaced to the job on its next write
+                self._writer_error = e
+            if ops[-1][0] == "flush":
+                ops[-1][1].set()
+            elif ops[-1][0] == "stop":
+                db.conn.close()
+                return
+
+    # -- reading -------------------------------------------------------------
+
+    def rows(self, sql: str, params: tuple | dict = ()) -> Iterator[dict[str, Any]]:
+        cursor = self.db.execute(sql, params)
+        names = [d[0] for d in cursor.description]
+        for values in cursor.fetchall():
+            yield dict(zip(names, values))
+
+    def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
+        if name is None:
+            return list(self.rows("select * from jobs order by started_at"))
+        return list(self.rows("select * from jobs where name = ? or id = ? order by started_at", (name, name)))
+
+    def setting(self, setting_id: str) -> dict[str, Any]:
+        row = next(self.rows("select knobs from settings where id = ?", (setting_id,)), None)
+        return json.loads(row["knobs"]) if row else {}
