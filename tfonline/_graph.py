@@ -93,10 +93,11 @@ def _input(job, shard: int, num_shards: int, shared_name: str | None = None):
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset, shared_name=shared_name)
     element = iterator.get_next()
     if not isinstance(element, (tuple, list)) or len(element) != 2:
-        raise JobDefinitionError(
-            f"input_fn's dataset must yield (features, labels) pairs, got {type(element).__name__}"
-            + (f" of length {len(element)}" if isinstance(element, (tuple, list)) else "")
-        )
+        if isinstance(element, (tuple, list)):
+            got = f"tuples of {len(element)}"
+        else:
+            got = "single tensors" if isinstance(element, tf.Tensor) else type(element).__name__
+        raise JobDefinitionError(f"input_fn's dataset must yield (features, labels) pairs, got {got}")
     return iterator, element[0], element[1]
 
 

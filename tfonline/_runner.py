@@ -25,7 +25,14 @@ from typing import Any
 import tensorflow as tf
 
 from tfonline import _graph
-from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, default_node_count
+from tfonline.cluster import (
+    Cluster,
+    ExistingCluster,
+    LocalCluster,
+    NodeThreads,
+    check_addresses,
+    default_node_count,
+)
 from tfonline.exceptions import (
     ConfigurationError,
     DatasetExhaustedError,
@@ -187,20 +194,21 @@ class Runner:
     def _node_count(self) -> int:
         arg = self.cluster_arg
         if arg is None:
-            return default_node_count() if self.nodes is None else self.nodes
+            count = default_node_count() if self.nodes is None else self.nodes
+            if isinstance(count, bool) or not isinstance(count, int) or count < 2:
+                raise ConfigurationError(f"nodes must be an integer >= 2 (one ps, one worker), got {count!r}")
+            return count
         if self.nodes is not None:
             raise ConfigurationError(f"nodes is for the embedded cluster only, got nodes={self.nodes} with a cluster")
         if isinstance(arg, Cluster):
             return arg.node_count
         if isinstance(arg, (list, tuple)):
-            return len(arg)
+            return len(check_addresses(arg))
         raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses or a Cluster, got {arg!r}")
 
     def _cluster(self, setting, node_count) -> tuple[Cluster, LocalCluster | None]:
         arg = self.cluster_arg
         if arg is None:
-            if isinstance(node_count, bool) or not isinstance(node_count, int) or node_count < 2:
-                raise ConfigurationError(f"nodes must be an integer >= 2, got {node_count!r}")
             cluster = LocalCluster(node_count, threads=_threads(setting))
             return cluster, cluster
         if isinstance(arg, Cluster):

