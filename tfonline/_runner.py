@@ -55,6 +55,7 @@ logger = logging.getLogger("tfonline")
 
 PROGRESS_INTERVAL_S = 5.0
 JOIN_TIMEOUT_S = 30.0
+CLEANUP_TIMEOUT_S = 5.0
 
 
 @contextlib.contextmanager
@@ -139,6 +140,7 @@ class Runner:
         self.first_iteration_at: float | None = None
         self.segment = 0
         self._sessions: list[tf.compat.v1.Session] = []
+        self.session_configs: list[tuple[int, Any]] = []
 
     # -- the whole run -------------------------------------------------------
 
@@ -240,21 +242,23 @@ class Runner:
 
     def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
         filters = [f"/job:node/task:{n}" for n in self.layout.ps_nodes + (wg.worker_node,)]
-        return tf.compat.v1.Session(
+        session = tf.compat.v1.Session(
             self.cluster.target(wg.worker_node), graph=wg.graph, config=session_config(setting, filters)
         )
+        # What TensorFlow's session was given, kept so it can be read back.
+        self.session_configs.append((wg.worker_node, session._config))
+        return session
 
     def _close_sessions(self) -> None:
         for session in self._sessions:
-            with contextlib.suppress(Exception):
-                session.close()
+            _close_session(session)
         self._sessions = []
 
     def _reset_container(self) -> None:
         """Drops this job's variables from nodes that outlive it."""
         for index in range(self.cluster.node_count):
-            with contextlib.suppress(Exception):
-                tf.compat.v1.Session.reset(self.cluster.target(index), [self.container])
+            target = self.cluster.target(index)
+            _bounded(lambda: tf.compat.v1.Session.reset(target, [self.container]), f"resetting node {index}")
 
     # -- training ------------------------------------------------------------
 
@@ -445,6 +449,34 @@ class Runner:
             completion_time_s=time.time() - self.started_at, time_to_first_iteration_s=first,
             final_loss=self.smoothed.value if self.smoothed.count else None, db=self.db_path,
         )
+
+
+def _bounded(call, what: str, timeout_s: float = CLEANUP_TIMEOUT_S) -> bool:
+    """Runs ``call`` in a daemon thread, giving up after ``timeout_s``.
+
+    Closing a session, or resetting a container, on a cluster with a dead
+    node blocks for good: the master keeps retrying the node. Clean-up must
+    never hang the driver, so such a call is abandoned. Returns whether the
+    call finished.
+    """
+
+    def guarded():
+        with contextlib.suppress(Exception):
+            call()
+
+    worker = threading.Thread(target=guarded, name="tfonline-cleanup", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        logger.warning("%s did not finish within %.0f s (a node is gone); abandoned", what, timeout_s)
+        return False
+    return True
+
+
+def _close_session(session) -> None:
+    if not _bounded(session.close, "closing a session"):
+        # Drop the C handle so the session's __del__ does not block the exit.
+        session._session = None
 
 
 def _essence(message: str) -> str:

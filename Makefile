@@ -1,0 +1,30 @@
+# Two commands do everything on a fresh machine:
+#   make demo   set up .venv, run an example job on the embedded cluster, print its report
+#   make test   set up .venv, run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DEMO_DB := demo-runs/demo.db
+
+.PHONY: install demo test clean
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: install
+	mkdir -p demo-runs
+	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/logr.py --db $(DEMO_DB)
+	$(BIN)/tfonline report $(DEMO_DB)
+
+test: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
+
+clean:
+	rm -rf $(VENV) demo-runs *.egg-info

@@ -1,0 +1,10 @@
+"""A driver process for the process tests: a job that runs until it is stopped."""
+
+import sys
+
+from jobs import TinyLogR
+
+job = TinyLogR()
+job.target_loss = 1e-6  # never reached: the test stops the driver
+job.max_seconds = 300
+job.run(db=sys.argv[1], nodes=2, quiet=True)

@@ -1,0 +1,115 @@
+"""Real jobs on a real local cluster of TensorFlow servers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+import pytest
+from jobs import TinyLogR
+
+from tfonline._runner import Runner
+from tfonline.exceptions import DatasetExhaustedError, NodeFailedError
+from tfonline.setting import resolve_setting
+
+
+def _rows(db_path, sql, *params):
+    return sqlite3.connect(db_path).execute(sql, params).fetchall()
+
+
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_job_reaches_its_target(cluster, db_path, mode):
+    result = TinyLogR().run(db=db_path, cluster=cluster, mode=mode, quiet=True)
+    assert result.status == "converged", result.stop_reason
+    assert result.final_loss <= TinyLogR.target_loss
+    assert result.iterations >= TinyLogR.smoothing_window
+    steps = [r[0] for r in _rows(db_path, "select step from iterations order by step")]
+    assert steps == list(range(1, result.iterations + 1))
+    (status, reason, iterations, first_at), = _rows(
+        db_path, "select status, stop_reason, iterations, first_iteration_at from jobs")
+    assert (status, iterations) == ("converged", result.iterations)
+    assert "target_loss 0.6 reached" in reason and first_at is not None
+    workers = {r[0] for r in _rows(db_path, "select distinct worker from iterations")}
+    assert workers == ({None} if mode == "sync" else {0, 1})
+    (start_step, end_step, setting_id), = _rows(db_path, "select start_step, end_step, setting_id from segments")
+    assert (start_step, end_step) == (1, result.iterations)
+    assert _rows(db_path, "select count(*) from settings where id = ?", setting_id) == [(1,)]
+
+
+def test_every_knob_reaches_tensorflow(cluster, db_path):
+    knobs = {
+        "ps": 1, "worker": 1, "intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1,
+        "do_common_subexpression_elimination": False, "max_folded_constant_in_bytes": 2048,
+        "do_function_inlining": False, "global_jit_level": "ON_1", "infer_shapes": True,
+        "place_pruned_graph": True, "enable_bfloat16_sendrecv": True,
+    }
+    runner = Runner(TinyLogR(), knobs, db=db_path, mode="async", cluster=cluster, nodes=None, seed=0,
+                    max_steps=3, max_seconds=None, quiet=True)
+    result = runner.run()
+    assert result.status == "stopped" and result.iterations == 3
+    # ps and worker: the layout the graph was built for, and where variables live.
+    assert runner.layout.ps_nodes == (0,) and runner.layout.worker_nodes == (1,)
+    assert {v.device for v in runner.graphs[0].model_variables} == {"/job:node/task:0/device:CPU:0"}
+    # Thread pools: what each used node's tf.distribute.Server holds in its server_def.
+    for node in (0, 1):
+        served = cluster.served[node]
+        assert served["intra_op_parallelism_threads"] == 1 and served["inter_op_parallelism_threads"] == 1
+    # Session knobs: the ConfigProto TensorFlow's training session was opened with.
+    training = [config for node, config in runner.session_configs if config.graph_options.optimizer_options.global_jit_level == 1]
+    assert len(training) == 1
+    graph = training[0].graph_options
+    opt = graph.optimizer_options
+    assert (opt.do_common_subexpression_elimination, opt.max_folded_constant_in_bytes, opt.do_function_inlining) == (
+        False, 2048, False)
+    assert (graph.infer_shapes, graph.place_pruned_graph, graph.enable_bfloat16_sendrecv) == (True, True, True)
+    stored = _rows(db_path, "select knobs from settings")[0][0]
+    assert resolve_setting(knobs, 3) == __import__("json").loads(stored)
+
+
+def test_max_steps_stops_the_job(cluster, db_path):
+    result = TinyLogR().run(db=db_path, cluster=cluster, max_steps=7, quiet=True)
+    assert (result.status, result.iterations) == ("stopped", 7)
+    assert _rows(db_path, "select stop_reason from jobs") == [("max_steps (7) reached",)]
+
+
+def test_dataset_that_ends_before_convergence(cluster, db_path):
+    job = TinyLogR(num_batches=12)
+    job.target_loss = 0.01
+    with pytest.raises(DatasetExhaustedError, match=r"the dataset ended at step \d+ before convergence: smoothed "
+                                                   r"loss [\d.]+ > target_loss 0.01; repeat it in input_fn"):
+        job.run(db=db_path, cluster=cluster, quiet=True)
+    (status, reason), = _rows(db_path, "select status, stop_reason from jobs")
+    assert status == "data_exhausted" and "dataset ended" in reason
+    assert _rows(db_path, "select count(*) from iterations")[0][0] <= 12
+
+
+def test_node_that_dies_mid_job_fails_the_job_naming_it(cluster, db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-6
+    victim = cluster.served[0]["pid"]
+
+    def kill_when_training():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if _rows(db_path, "select count(*) from iterations")[0][0] >= 20:
+                    break
+            except sqlite3.OperationalError:
+                pass
+            time.sleep(0.1)
+        os.kill(victim, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_when_training)
+    killer.start()
+    try:
+        with pytest.raises(NodeFailedError, match=r"node 0 \(127.0.0.1:\d+\) died during the job with exit code -9"):
+            job.run(db=db_path, cluster=cluster, quiet=True)
+    finally:
+        killer.join()
+        cluster.restart_node(0)  # leave the shared cluster whole
+    (status, reason), = _rows(db_path, "select status, stop_reason from jobs")
+    assert status == "failed" and "node 0" in reason
+    assert _rows(db_path, "pragma integrity_check") == [("ok",)]
