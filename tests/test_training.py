@@ -113,3 +113,30 @@ def test_node_that_dies_mid_job_fails_the_job_naming_it(cluster, db_path):
     (status, reason), = _rows(db_path, "select status, stop_reason from jobs")
     assert status == "failed" and "node 0" in reason
     assert _rows(db_path, "pragma integrity_check") == [("ok",)]
+
+
+class LibsvmLogR(TinyLogR):
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def input_fn(self, shard, num_shards):
+        from tfonline.data import libsvm_dataset
+
+        return libsvm_dataset(self.path, shard, num_shards, num_features=1 << self.hash_bits, max_nnz=8,
+                              batch_size=32)
+
+
+def test_job_trains_from_a_libsvm_file(cluster, db_path, tmp_path):
+    import numpy as np
+
+    from tfonline.data import hashed_sparse_dataset, write_libsvm
+
+    batches = list(hashed_sparse_dataset(0, 1, batch_size=100, fields=8, categories_per_field=50, hash_bits=12,
+                                         signal=3.0, num_batches=20))
+    indices = np.concatenate([b[0][0].numpy() for b in batches])
+    labels = np.concatenate([b[1].numpy() for b in batches])
+    path = str(tmp_path / "train.libsvm")
+    write_libsvm(path, indices, np.ones_like(indices, dtype=np.float32), labels)
+    result = LibsvmLogR(path).run(db=db_path, cluster=cluster, quiet=True)
+    assert result.status == "converged", result.stop_reason

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 from tfonline.exceptions import ConfigurationError, TfOnlineError
 
@@ -43,12 +44,14 @@ def _node(args) -> int:
 
     server = start_server(addresses, args.index, args.intra, args.inter)
     print(json.dumps(_server_description(server)), flush=True)
+    # Sleep in Python rather than in server.join(): a signal handler only
+    # runs when the main thread is in the interpreter.
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     try:
-        server.join()
+        while True:
+            time.sleep(3600)
     except KeyboardInterrupt:
-        pass
-    os._exit(0)
+        os._exit(0)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -107,12 +107,14 @@ def libsvm_dataset(
 
     def parse(batch):
         parts = tf.strings.split(tf.strings.strip(batch), " ")
-        raw_label = tf.strings.to_number(parts[:, 0], tf.float32)
-        pairs = tf.strings.split(parts[:, 1:].flat_values, ":")
+        tokens, starts = parts.flat_values, parts.row_starts()
+        raw_label = tf.strings.to_number(tf.gather(tokens, starts), tf.float32)
+        is_label = tf.scatter_nd(starts[:, None], tf.ones_like(starts, tf.bool), tf.shape(tokens, tf.int64))
+        pairs = tf.strings.split(tf.boolean_mask(tokens, ~is_label), ":").to_tensor("", shape=[None, 2])
         index = (tf.strings.to_number(pairs[:, 0], tf.int64) - 1) % num_features
         value = tf.strings.to_number(pairs[:, 1], tf.float32)
-        feats = parts[:, 1:]
-        index = feats.with_flat_values(index).to_tensor(0, shape=[None, max_nnz])
+        feats = tf.RaggedTensor.from_row_lengths(index, parts.row_lengths() - 1)
+        index = feats.to_tensor(0, shape=[None, max_nnz])
         value = feats.with_flat_values(value).to_tensor(0.0, shape=[None, max_nnz])
         positive = raw_label > 0
         label = tf.cast(positive, tf.float32) if labels == "01" else tf.where(positive, 1.0, -1.0)

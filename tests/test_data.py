@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfonline.data import digits_dataset, hashed_sparse_dataset, libsvm_dataset, load_digits, write_libsvm
+from tfonline.exceptions import ConfigurationError
+
+
+def _batches(ds, n):
+    return [tf.nest.map_structure(lambda t: t.numpy(), b) for b in ds.take(n)]
+
+
+def test_libsvm_loader_reads_back_a_generated_file(tmp_path):
+    rng = np.random.default_rng(0)
+    rows, nnz, features = 50, 6, 1000
+    indices = np.stack([rng.choice(features, nnz, replace=False) for _ in range(rows)])
+    values = rng.uniform(0.5, 2.0, (rows, nnz)).round(3)
+    values[::7, -2:] = 0  # shorter rows: padded on reading
+    labels = rng.choice([-1, 1], rows)
+    path = str(tmp_path / "train.libsvm")
+    write_libsvm(path, indices, values, labels)
+    with open(path) as f:
+        assert f.readline().split()[1].count(":") == 1
+    ds = libsvm_dataset(path, 0, 1, num_features=features, max_nnz=nnz, batch_size=10, repeat=False, labels="pm1")
+    got = _batches(ds, 100)
+    assert len(got) == 5
+    got_idx = np.concatenate([b[0][0] for b in got])
+    got_val = np.concatenate([b[0][1] for b in got])
+    got_lab = np.concatenate([b[1] for b in got])
+    for r in range(rows):
+        expected = {int(i): float(v) for i, v in zip(indices[r], values[r]) if v != 0}
+        read = {int(i): float(v) for i, v in zip(got_idx[r], got_val[r]) if v != 0}
+        assert read == pytest.approx(expected)
+    assert np.array_equal(got_lab, labels.astype(np.float32))
+    zero_one = libsvm_dataset(path, 0, 1, num_features=features, max_nnz=nnz, batch_size=50, repeat=False)
+    assert set(np.unique(_batches(zero_one, 1)[0][1])) == {0.0, 1.0}
+
+
+def test_libsvm_shards_cover_the_file_without_overlap(tmp_path):
+    path = str(tmp_path / "t.libsvm")
+    write_libsvm(path, np.arange(30).reshape(30, 1), np.ones((30, 1)), np.ones(30))
+    seen = []
+    for shard in range(3):
+        ds = libsvm_dataset(path, shard, 3, num_features=100, max_nnz=1, batch_size=4, repeat=False)
+        seen += [int(i) for b in _batches(ds, 100) for i in b[0][0][:, 0]]
+    assert sorted(seen) == list(range(30))
+
+
+def test_libsvm_bad_label_mode(tmp_path):
+    with pytest.raises(ConfigurationError, match="labels must be '01' or 'pm1', got 'yes'"):
+        libsvm_dataset(str(tmp_path / "x"), 0, 1, num_features=1, max_nnz=1, labels="yes")
+
+
+def test_hashed_data_is_deterministic_sharded_and_learnable():
+    a = _batches(hashed_sparse_dataset(0, 1, batch_size=16, hash_bits=12, num_batches=4), 4)
+    b = _batches(hashed_sparse_dataset(0, 1, batch_size=16, hash_bits=12, num_batches=4), 4)
+    for (fa, la), (fb, lb) in zip(a, b):
+        assert np.array_equal(fa[0], fb[0]) and np.array_equal(la, lb)
+    idx = np.concatenate([x[0][0] for x in a])
+    assert idx.shape == (64, 26) and idx.min() >= 0 and idx.max() < 1 << 12
+    shard1 = _batches(hashed_sparse_dataset(1, 2, batch_size=16, hash_bits=12, num_batches=4), 4)
+    assert len(shard1) == 2 and np.array_equal(shard1[0][0][0], a[1][0][0])  # batch 1 goes to shard 1
+    labels = np.concatenate([x[1] for x in _batches(hashed_sparse_dataset(0, 1, num_batches=20), 20)])
+    assert 0.2 < labels.mean() < 0.8
+
+
+def test_hash_bits_out_of_range():
+    with pytest.raises(ConfigurationError, match="hash_bits must be in \\[1, 30\\], got 40"):
+        hashed_sparse_dataset(0, 1, hash_bits=40)
+
+
+@pytest.mark.parametrize("source, side, count", [("mnist", 28, 5000), ("sklearn", 8, 1797)])
+def test_shipped_digits(source, side, count):
+    images, labels = load_digits(source)
+    assert images.shape == (count, side, side, 1) and images.dtype == np.uint8
+    assert set(np.unique(labels)) == set(range(10))
+    (x, y), = _batches(digits_dataset(images, labels, 0, 2, batch_size=8), 1)
+    assert x.shape == (8, side, side, 1) and 0.0 <= x.min() and x.max() <= 1.0
+
+
+def test_unknown_digits():
+    with pytest.raises(ConfigurationError, match="source must be 'mnist' or 'sklearn', got 'emnist'"):
+        load_digits("emnist")

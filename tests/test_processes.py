@@ -1,0 +1,129 @@
+"""Every process tfonline starts, it stops: on signals, on SIGKILL of the driver, and for given clusters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import node_processes
+from jobs import TinyLogR
+
+from tfonline.cluster import free_port
+
+HERE = os.path.dirname(__file__)
+
+
+def _start_driver(db_path):
+    env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "driver.py"), db_path], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _iterations(db_path) -> int:
+    try:
+        return sqlite3.connect(db_path, timeout=5).execute("select count(*) from iterations").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def _wait_for_training(driver, db_path, at_least=30, timeout_s=120) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        n = _iterations(db_path)
+        if n >= at_least:
+            return n
+        time.sleep(0.2)
+    raise AssertionError(f"the driver did not train {at_least} iterations within {timeout_s} s")
+
+
+def _wait_gone(pids, timeout_s=15.0) -> set[int]:
+    deadline = time.monotonic() + timeout_s
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        alive &= node_processes()
+        time.sleep(0.1)
+    return alive
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_to_the_driver_stops_every_node(db_path, signum):
+    driver = _start_driver(db_path)
+    try:
+        _wait_for_training(driver, db_path)
+        nodes = node_processes(driver.pid)
+        assert len(nodes) >= 2  # the two nodes (and the warm spare once it is up)
+        driver.send_signal(signum)
+        assert driver.wait(timeout=60) != 0
+        assert _wait_gone(nodes) == set()
+    finally:
+        driver.kill()
+        driver.wait()
+    (status,), = sqlite3.connect(db_path).execute("select status from jobs").fetchall()
+    assert status == "interrupted"
+
+
+def test_sigkill_of_the_driver_keeps_committed_rows_and_no_node(db_path):
+    driver = _start_driver(db_path)
+    try:
+        committed = _wait_for_training(driver, db_path, at_least=100)
+        nodes = node_processes(driver.pid)
+        driver.kill()  # SIGKILL: no handler, no finally
+        driver.wait()
+    finally:
+        driver.kill()
+    assert _wait_gone(nodes) == set()  # the nodes saw their stdin close
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("pragma integrity_check").fetchone() == ("ok",)
+    rows = conn.execute("select step, loss, exec_time_s from iterations order by step").fetchall()
+    assert len(rows) >= committed
+    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    assert all(r[1] is not None and r[2] > 0 for r in rows)
+    assert conn.execute("select status from jobs").fetchone() == ("running",)  # it never got to say otherwise
+
+
+def test_job_on_nodes_started_by_tfonline_node(db_path):
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    nodes = [
+        subprocess.Popen([sys.executable, "-m", "tfonline.cli", "node", "--cluster", ",".join(addresses),
+                          "--index", str(i)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for i in range(2)
+    ]
+    try:
+        for i, node in enumerate(nodes):
+            served = json.loads(node.stdout.readline())
+            assert served["task_index"] == i and served["target"] == "grpc://" + addresses[i]
+        result = TinyLogR().run(db=db_path, cluster=addresses, quiet=True)
+        assert result.status == "converged"
+        assert all(node.poll() is None for node in nodes)  # tfonline leaves nodes it did not start running
+        cluster, = sqlite3.connect(db_path).execute("select cluster from jobs").fetchone()
+        assert json.loads(cluster) == addresses
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            node.wait(timeout=30)
+    assert [node.returncode for node in nodes] == [0, 0]
+
+
+def test_node_command_rejects_a_bad_index():
+    out = subprocess.run([sys.executable, "-m", "tfonline.cli", "node", "--cluster", "127.0.0.1:1,127.0.0.1:2",
+                          "--index", "5"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert out.stderr.strip() == "tfonline: error: --index must be in [0, 1] for 2 addresses, got 5"
+
+
+def test_given_cluster_that_does_not_answer(db_path):
+    from tfonline.exceptions import ClusterError
+
+    dead = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    with pytest.raises(ClusterError, match="cluster nodes must be serving, but nothing answers at 127.0.0.1:"):
+        TinyLogR().run(db=db_path, cluster=dead, quiet=True)
+    (status,), = sqlite3.connect(db_path).execute("select status from jobs").fetchall()
+    assert status == "failed"
