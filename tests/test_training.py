@@ -57,6 +57,9 @@ def test_every_knob_reaches_tensorflow(cluster, db_path):
     for node in (0, 1):
         served = cluster.served[node]
         assert served["intra_op_parallelism_threads"] == 1 and served["inter_op_parallelism_threads"] == 1
+    # XLA on CPU: the node executing the graph runs with the flag auto-clustering needs.
+    with open(f"/proc/{cluster.served[1]['pid']}/environ", "rb") as f:
+        assert b"--tf_xla_cpu_global_jit" in f.read()
     # Session knobs: the ConfigProto TensorFlow's training session was opened with.
     training = [config for node, config in runner.session_configs if config.graph_options.optimizer_options.global_jit_level == 1]
     assert len(training) == 1
@@ -140,3 +143,11 @@ def test_job_trains_from_a_libsvm_file(cluster, db_path, tmp_path):
     write_libsvm(path, indices, np.ones_like(indices, dtype=np.float32), labels)
     result = LibsvmLogR(path).run(db=db_path, cluster=cluster, quiet=True)
     assert result.status == "converged", result.stop_reason
+
+
+def test_max_seconds_stops_the_job(cluster, db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-6
+    result = job.run(db=db_path, cluster=cluster, max_seconds=4, quiet=True)
+    assert result.status == "stopped" and result.iterations > 0
+    assert _rows(db_path, "select stop_reason from jobs") == [("max_seconds (4 s) reached",)]

@@ -25,6 +25,8 @@ def segment_rows(repo: Repository, job_id: str) -> list[dict[str, Any]]:
         select s.segment, s.setting_id, s.phase, st.short, st.knobs,
                count(i.step) as iterations, min(i.step) as first_step, max(i.step) as last_step,
                avg(i.exec_time_s) as mean_exec_time_s,
+               case when count(i.step) > 1
+                    then (max(i.wall_time) - min(i.wall_time)) / (count(i.step) - 1) end as wall_time_per_iteration_s,
                (select loss from iterations where job_id = s.job_id and segment = s.segment
                  order by step limit 1) as start_loss,
                (select smoothed_loss from iterations where job_id = s.job_id and segment = s.segment
@@ -64,14 +66,17 @@ def job_text(repo: Repository, job: dict[str, Any]) -> str:
     lines.append("  settings used:")
     if not segments:
         lines.append("    (none: the job stopped before its first iteration)")
-    header = f"    {'#':>3} {'phase':<8} {'steps':>15} {'iters':>7} {'s/iter':>9} {'loss start':>10} {'loss end':>9}  setting"
+    header = (f"    {'#':>3} {'phase':<8} {'steps':>15} {'iters':>7} {'s/iter':>8} {'exec s':>8} "
+              f"{'loss start':>10} {'loss end':>9}  setting")
     if segments:
+        lines.append("    (s/iter: wall time per global iteration; exec s: mean time of one worker's session.run)")
         lines.append(header)
     for seg in segments:
         steps = f"{_fmt(seg['first_step'], 'd')}-{_fmt(seg['last_step'], 'd')}"
         lines.append(
             f"    {seg['segment']:>3} {seg['phase'] or '':<8} {steps:>15} {seg['iterations']:>7} "
-            f"{_fmt(seg['mean_exec_time_s'], '.4f'):>9} {_fmt(seg['start_loss']):>10} {_fmt(seg['end_loss']):>9}"
+            f"{_fmt(seg['wall_time_per_iteration_s'], '.4f'):>8} {_fmt(seg['mean_exec_time_s'], '.4f'):>8} "
+            f"{_fmt(seg['start_loss']):>10} {_fmt(seg['end_loss']):>9}"
             f"  {seg['short'] or seg['setting_id']}"
         )
     if job["cluster"]:
