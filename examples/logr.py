@@ -1,6 +1,6 @@
 """Sparse logistic regression on Criteo-like hashed click data.
 
-    python examples/logr.py [--db runs.db] [--ps 1 --worker 2] [--libsvm FILE]
+    python examples/logr.py [--db runs.db] [--ps 1 --worker 2] [--mode async|sync] [--libsvm FILE]
 
 The default data is generated (``tfonline.data.hashed_sparse_dataset``,
 2**20 hashed features); ``--libsvm FILE`` trains on a libsvm-format file
@@ -9,55 +9,30 @@ instead.
 
 from __future__ import annotations
 
-import argparse
-
 import tensorflow as tf
-
-import tfonline
-from tfonline.data import hashed_sparse_dataset, libsvm_dataset
-
-HASH_BITS = 20
+from _common import SparseExample, add_libsvm_argument, run_example
 
 
-class LogR(tfonline.MLJobFramework):
+class LogR(SparseExample):
     target_loss = 0.56
     max_seconds = 300
     smoothing_window = 50
-
-    def __init__(self, libsvm: str | None = None, num_features: int = 1 << HASH_BITS, max_nnz: int = 26):
-        self.libsvm, self.num_features, self.max_nnz = libsvm, num_features, max_nnz
-
-    def input_fn(self, shard, num_shards):
-        if self.libsvm:
-            return libsvm_dataset(self.libsvm, shard, num_shards, num_features=self.num_features,
-                                  max_nnz=self.max_nnz, batch_size=64)
-        return hashed_sparse_dataset(shard, num_shards, batch_size=64, hash_bits=HASH_BITS,
-                                     categories_per_field=1000, signal=3.0)
 
     def model_fn(self, features, labels):
         indices, values = features
         w = tf.compat.v1.get_variable("w", [self.num_features, 1], initializer=tf.compat.v1.zeros_initializer())
         b = tf.compat.v1.get_variable("b", [], initializer=tf.compat.v1.zeros_initializer())
-        logits = tf.reduce_sum(tf.nn.embedding_lookup(w, indices)[..., 0] * values, axis=1) + b
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-        return loss + 1e-6 * tf.nn.l2_loss(tf.nn.embedding_lookup(w, indices))
+        rows = tf.nn.embedding_lookup(w, indices)[..., 0]
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.reduce_sum(
+            rows * values, axis=1) + b))
+        return loss + 1e-6 * tf.nn.l2_loss(rows)
 
     def optimizer_fn(self):
         return tf.compat.v1.train.AdagradOptimizer(0.5)
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", default="runs.db")
-    parser.add_argument("--ps", type=int, default=1)
-    parser.add_argument("--worker", type=int, default=2)
-    parser.add_argument("--mode", default="async", choices=["async", "sync"])
-    parser.add_argument("--libsvm")
-    parser.add_argument("--max-steps", type=int)
-    args = parser.parse_args(argv)
-    result = LogR(args.libsvm).run(setting={"ps": args.ps, "worker": args.worker}, db=args.db, mode=args.mode,
-                                   max_steps=args.max_steps)
-    print(result)
+    return run_example(lambda args: LogR(args.libsvm), __doc__.splitlines()[0], add_libsvm_argument, argv)
 
 
 if __name__ == "__main__":

@@ -215,7 +215,6 @@ class LocalCluster(Cluster):
         self._spare: _Process | None = None
         self._spawned = 0
         self._stopped = False
-        self.restart_count = 0
         self.served: list[dict] = [{} for _ in range(count)]
         try:
             self._start_all()
@@ -295,8 +294,7 @@ class LocalCluster(Cluster):
         self._procs = list(procs)  # owned from here on, so stop() reaches them
         for index, proc in enumerate(procs):
             self._serve(proc, index, deadline)
-        self.start_time_s = time.monotonic() - started
-        logger.info("cluster of %d nodes serving after %.1f s", self.node_count, self.start_time_s)
+        logger.info("cluster of %d nodes serving after %.1f s", self.node_count, time.monotonic() - started)
         if self._warm_spare:
             self._spare = self._spawn()
 
@@ -331,7 +329,6 @@ class LocalCluster(Cluster):
             self._serve(proc, index, deadline)
             if self._warm_spare:
                 self._spare = self._spawn()
-            self.restart_count += 1
             return time.monotonic() - started
 
     def check_alive(self) -> None:
@@ -340,11 +337,6 @@ class LocalCluster(Cluster):
                 raise NodeFailedError(
                     f"{self._describe(index)} died during the job with exit code {proc.popen.returncode}", index
                 )
-
-    def pids(self) -> list[int]:
-        """Process ids of the nodes and of the warm spare."""
-        procs = [p for p in self._procs if p is not None] + ([self._spare] if self._spare else [])
-        return [p.popen.pid for p in procs]
 
     @staticmethod
     def _end(proc: _Process, grace_s: float = 3.0) -> None:
