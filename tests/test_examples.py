@@ -1,4 +1,4 @@
-"""Each example runs on the shared cluster (a few steps; full runs are in the closing notes)."""
+"""Each example runs on the shared cluster (300 steps; full runs to the target are in the closing notes)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ def examples():
 @pytest.mark.parametrize("name, cls, args", [("logr", "LogR", ()), ("svm", "SVM", ()), ("cnn", "CNN", ("sklearn",))])
 def test_example_trains(examples, cluster, db_path, name, cls, args):
     job = getattr(examples[name], cls)(*args)
-    result = job.run(db=db_path, cluster=cluster, max_steps=15, quiet=True)
-    assert (result.status, result.iterations) == ("stopped", 15)
+    result = job.run(db=db_path, cluster=cluster, max_steps=300, quiet=True)
+    assert result.status in ("stopped", "converged") and result.iterations <= 300
+    n = result.iterations
     first, last = sqlite3.connect(db_path).execute(
-        "select avg(case when step <= 5 then loss end), avg(case when step > 10 then loss end) from iterations"
+        "select avg(case when step <= 30 then loss end), avg(case when step > ? then loss end) from iterations",
+        (n - 30,),
     ).fetchone()
-    assert last < first  # it learns
+    assert last < 0.95 * first  # it learns
 
 
 def test_logr_parameters_are_partitioned_over_the_ps_nodes(examples, cluster, db_path):

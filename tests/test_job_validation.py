@@ -77,9 +77,23 @@ class NoVariables(TinyLogR):
         return tf.reduce_mean(labels)
 
 
+class NoGradient(TinyLogR):
+    def model_fn(self, features, labels):
+        tf.compat.v1.get_variable("w", [4])
+        return tf.reduce_mean(labels)
+
+
+class UnknownShape(TinyLogR):
+    def model_fn(self, features, labels):
+        v = tf.Variable(tf.zeros([tf.shape(labels)[0]]), validate_shape=False, shape=tf.TensorShape(None))
+        return tf.reduce_mean(v)
+
+
 @pytest.mark.parametrize(
     "job, message",
     [
+        (NoGradient(), r"model_fn's loss must depend on at least one trainable variable, got none"),
+        (UnknownShape(), r"variables must have a fully known shape, got .* for Variable"),
         (VectorLoss(), r"model_fn must return a scalar float loss tensor, got shape \(32,\) dtype float32"),
         (IntLoss(), r"model_fn must return a scalar float loss tensor, got shape \(\) dtype int32"),
         (NotATensor(), r"model_fn must return a scalar float loss tensor, got float"),
@@ -113,6 +127,8 @@ def test_bad_target_loss(target, shown, db_path):
         ({"setting": {"warp": 9}}, "unknown knob 'warp'; known knobs: ps, worker"),
         ({"setting": {"ps": 2, "worker": 2}, "nodes": 3}, r"ps \+ worker must be <= 3 \(the cluster's nodes\)"),
         ({"setting": {"intra_op_parallelism_threads": 0}}, r"intra_op_parallelism_threads must be in \[1, \d+\], got 0"),
+        ({"nodes": 3, "cluster": ["127.0.0.1:1", "127.0.0.1:2"]},
+         "nodes is for the embedded cluster only, got nodes=3 with a cluster"),
         ({"nodes": 1}, r"nodes must be an integer >= 2 \(one ps, one worker\), got 1"),
         ({"cluster": "127.0.0.1:1"}, "cluster must be None, a list of 'host:port' addresses or a Cluster"),
         ({"cluster": ["nohost", "127.0.0.1:1"]}, "cluster addresses must look like 'host:port', got 'nohost'"),
@@ -131,3 +147,10 @@ def test_bad_db_paths(tmp_path):
         run_quick(TinyLogR(), str(notes))
     with pytest.raises(RepositoryError, match="db must be a writable SQLite file path"):
         run_quick(TinyLogR(), "/proc/tfonline-job.db")
+
+
+def test_local_cluster_needs_two_nodes():
+    from tfonline.cluster import LocalCluster
+
+    with pytest.raises(ConfigurationError, match=r"nodes must be an integer >= 2 \(one ps and one worker\), got 1"):
+        LocalCluster(1)

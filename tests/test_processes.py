@@ -15,6 +15,7 @@ from conftest import node_processes
 from jobs import TinyLogR
 
 from tfonline.cluster import free_port
+from tfonline.exceptions import ConfigurationError
 
 HERE = os.path.dirname(__file__)
 
@@ -104,6 +105,10 @@ def test_job_on_nodes_started_by_tfonline_node(db_path):
         assert all(node.poll() is None for node in nodes)  # tfonline leaves nodes it did not start running
         cluster, = sqlite3.connect(db_path).execute("select cluster from jobs").fetchone()
         assert json.loads(cluster) == addresses
+        with pytest.raises(ConfigurationError, match=r"thread knobs of a given cluster are fixed at (\d+)/\1 "
+                                                     r"\(intra/inter\); got 1/1 for node 0"):
+            TinyLogR().run(db=db_path, cluster=addresses, quiet=True,
+                           setting={"intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1})
     finally:
         for node in nodes:
             node.terminate()

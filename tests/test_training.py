@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+import tensorflow as tf
 from jobs import TinyLogR
 
 from tfonline._runner import Runner
@@ -151,3 +152,35 @@ def test_max_seconds_stops_the_job(cluster, db_path):
     result = job.run(db=db_path, cluster=cluster, max_seconds=4, quiet=True)
     assert result.status == "stopped" and result.iterations > 0
     assert _rows(db_path, "select stop_reason from jobs") == [("max_seconds (4 s) reached",)]
+
+
+class Diverging(TinyLogR):
+    def model_fn(self, features, labels):
+        w = tf.compat.v1.get_variable("w", [4], initializer=tf.compat.v1.zeros_initializer())
+        return tf.reduce_mean(tf.math.log(w * 0.0 + 0.0 * labels[0])) + tf.reduce_sum(w)
+
+
+def test_a_loss_that_is_not_finite_fails_the_job(cluster, db_path):
+    from tfonline.exceptions import TfOnlineError
+
+    with pytest.raises(TfOnlineError, match=r"the loss became -inf at step 1: training diverged"):
+        Diverging().run(db=db_path, cluster=cluster, quiet=True)
+    assert _rows(db_path, "select status from jobs") == [("failed",)]
+
+
+class Shapeshifter(TinyLogR):
+    """Creates one more variable on every call of model_fn."""
+
+    calls = 0
+
+    def model_fn(self, features, labels):
+        type(self).calls += 1
+        extra = [tf.compat.v1.get_variable(f"extra{i}", [2]) for i in range(self.calls)]
+        return super().model_fn(features, labels) + tf.add_n([tf.reduce_sum(e) for e in extra])
+
+
+def test_model_fn_must_create_the_same_variables_every_time(cluster, db_path):
+    from tfonline.exceptions import JobDefinitionError
+
+    with pytest.raises(JobDefinitionError, match=r"model_fn must create the same variables on every call"):
+        Shapeshifter().run(db=db_path, cluster=cluster, quiet=True)

@@ -51,9 +51,23 @@ class PartitioningRule:
     min_bytes: int
 
     def __call__(self, shape, dtype):
-        dims = shape.as_list() if hasattr(shape, "as_list") else list(shape)
+        dims = tf.TensorShape(shape).as_list()
         shards = shards_for(tuple(dims), tf.as_dtype(dtype).size, self.partition_count, self.min_bytes)
         return [shards] + [1] * (len(dims) - 1)
+
+    def custom_getter(self, getter, name, *args, **kwargs):
+        """Partitions a ``get_variable`` variable only when it is large.
+
+        A scope-wide partitioner would turn every variable, however small,
+        into a ``PartitionedVariable``, on which plain arithmetic such as
+        ``w * x`` fails. A partitioner the user set is left alone.
+        """
+        shape = tf.TensorShape(kwargs.get("shape"))
+        if kwargs.get("partitioner") is None and shape.is_fully_defined():
+            dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
+            if self(shape, dtype)[0] > 1:
+                kwargs["partitioner"] = self
+        return getter(name, *args, **kwargs)
 
 
 @dataclass
@@ -104,7 +118,7 @@ def _input(job, shard: int, num_shards: int, shared_name: str | None = None):
 def _model(job, features, labels, rule: PartitioningRule, creator):
     scope = tf.compat.v1.get_variable_scope()
     with tf.compat.v1.variable_creator_scope(creator):
-        with tf.compat.v1.variable_scope(scope, partitioner=rule, use_resource=True):
+        with tf.compat.v1.variable_scope(scope, custom_getter=rule.custom_getter, use_resource=True):
             loss = job.model_fn(features, labels)
     _check_loss(loss)
     return loss
@@ -121,9 +135,11 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
 
     def recording_creator(next_creator, **kwargs):
         variable = next_creator(**kwargs)
+        if not variable.shape.is_fully_defined():
+            raise JobDefinitionError(
+                f"variables must have a fully known shape, got {variable.shape} for {variable.name}"
+            )
         shape = tuple(variable.shape.as_list())
-        if any(d is None for d in shape):
-            raise JobDefinitionError(f"variables must have a fully known shape, got {shape} for {variable.name}")
         nbytes = variable.dtype.size
         for d in shape:
             nbytes *= d
@@ -134,7 +150,7 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
         if seed is not None:
             tf.compat.v1.set_random_seed(seed)
         _, features, labels = _input(job, 0, 1)
-        _model(job, features, labels, rule, recording_creator)
+        loss = _model(job, features, labels, rule, recording_creator)
         if not created:
             raise JobDefinitionError("model_fn must create at least one variable to train, got none")
         optimizer = job.optimizer_fn()
@@ -142,7 +158,15 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
             raise JobDefinitionError(
                 f"optimizer_fn must return a tf.compat.v1.train.Optimizer, got {type(optimizer).__name__}"
             )
+        _gradients(optimizer, loss)
     return created
+
+
+def _gradients(optimizer, loss):
+    grads_and_vars = [(g, v) for g, v in optimizer.compute_gradients(loss) if g is not None]
+    if not grads_and_vars:
+        raise JobDefinitionError("model_fn's loss must depend on at least one trainable variable, got none")
+    return grads_and_vars
 
 
 def build_worker_graph(
@@ -192,9 +216,7 @@ def build_worker_graph(
             iterator, features, labels = _input(job, worker_rank, num_shards, shared_name)
             loss = _model(job, features, labels, rule, placing_creator)
             optimizer = job.optimizer_fn()
-            grads_and_vars = [(g, v) for g, v in optimizer.compute_gradients(loss) if g is not None]
-            if not grads_and_vars:
-                raise JobDefinitionError("model_fn's loss must depend on at least one trainable variable, got none")
+            grads_and_vars = _gradients(optimizer, loss)
             apply_op = None
             if sync:
                 train_op, apply_op = _sync_ops(optimizer, grads_and_vars, len(layout.worker_nodes), global_step)
