@@ -132,3 +132,15 @@ def test_given_cluster_that_does_not_answer(db_path):
         TinyLogR().run(db=db_path, cluster=dead, quiet=True)
     (status,), = sqlite3.connect(db_path).execute("select status from jobs").fetchall()
     assert status == "failed"
+
+
+def test_embedded_cluster_is_stopped_when_the_job_fails(db_path):
+    from test_training import Diverging
+
+    from tfonline.exceptions import TfOnlineError
+
+    before = node_processes(os.getpid())
+    with pytest.raises(TfOnlineError, match="training diverged"):
+        Diverging().run(db=db_path, nodes=2, quiet=True)
+    assert _wait_gone(node_processes(os.getpid()) - before, timeout_s=5) == set()
+    assert node_processes(os.getpid()) <= before
