@@ -235,6 +235,10 @@ class Runner:
         # auto-clustering on, MakeIterator fails on a remote worker
         # ("Multiple CPU devices"). The iterators have shared names, so the
         # training sessions then read from them.
+        if setting["global_jit_level"] == "OFF":
+            for session, wg in zip(self._sessions, self.graphs):
+                session.run(wg.local_init_op)
+            return
         no_jit = dict(setting, global_jit_level="OFF")
         for wg in self.graphs:
             with self._session(wg, no_jit) as init_session:

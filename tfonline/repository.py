@@ -19,7 +19,6 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import sqlite3
@@ -293,7 +292,3 @@ class Repository:
         if name is None:
             return list(self.rows("select * from jobs order by started_at"))
         return list(self.rows("select * from jobs where name = ? or id = ? order by started_at", (name, name)))
-
-    def setting(self, setting_id: str) -> dict[str, Any]:
-        row = next(self.rows("select knobs from settings where id = ?", (setting_id,)), None)
-        return json.loads(row["knobs"]) if row else {}
