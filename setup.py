@@ -27,5 +27,11 @@ setup(
         "mlxtend",
     ],
     extras_require={"test": ["pytest>=8", "pytest-timeout"]},
-    entry_points={"console_scripts": ["tfonline=tfonline.cli:main"]},
+    entry_points={
+        "console_scripts": ["tfonline=tfonline.cli:main"],
+        "tfonline.estimators": [
+            "hogwild=tfonline.estimator._hogwild:HogwildEstimator",
+            "loss-curve=tfonline.estimator._loss_curve:LossCurveEstimator",
+        ],
+    },
 )

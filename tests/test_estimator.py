@@ -1,0 +1,209 @@
+"""Progress estimators: properties on fixed seeds, bad input, and the plug-in registry."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sys
+
+import numpy as np
+import pytest
+
+from tfonline.estimator import (
+    HogwildEstimator,
+    LossCurveEstimator,
+    available_estimators,
+    clean_segment,
+    get_estimator,
+)
+from tfonline.exceptions import ConfigurationError
+
+SEEDS = [0, 1, 2, 3, 4]
+
+
+def hogwild_curve(seed, alpha=40.0, l0=0.7, l_end=0.2, noise=0.02, spikes=4):
+    """Points of k = (α/l)·log(l0/l), with multiplicative noise and a few spikes."""
+    rng = np.random.default_rng(seed)
+    losses = np.linspace(l0, l_end, 600)
+    steps = np.round(alpha / losses * np.log(l0 / losses)) + 1
+    steps, first = np.unique(steps, return_index=True)
+    losses = losses[first] * (1 + noise * rng.standard_normal(first.size))
+    losses[rng.choice(np.arange(5, losses.size), spikes, replace=False)] *= 3.0
+    return steps, losses
+
+
+def optimus_curve(seed, b=(0.05, 1.0, 0.2), n=300, noise=0.01, spikes=4):
+    rng = np.random.default_rng(seed)
+    steps = np.arange(1, n + 1, dtype=float)
+    losses = (1 / (b[0] * steps + b[1]) + b[2]) * (1 + noise * rng.standard_normal(n))
+    losses[rng.choice(np.arange(5, n), spikes, replace=False)] *= 3.0
+    return steps, losses
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_hogwild_recovers_alpha_and_predicts_remaining(seed):
+    steps, losses = hogwild_curve(seed)
+    est = HogwildEstimator().fit(steps, losses, start_step=0, start_loss=0.7)
+    assert est.reason is None and est.dropped >= 3  # the spikes went
+    assert est.alpha == pytest.approx(40.0, rel=0.15)
+    truth = 40.0 / 0.1 * math.log(0.7 / 0.1) - 40.0 / 0.2 * math.log(0.7 / 0.2)
+    assert est.remaining_iterations(0.2, 0.1) == pytest.approx(truth, rel=0.2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_loss_curve_recovers_parameters_and_predicts_remaining(seed):
+    steps, losses = optimus_curve(seed)
+    est = LossCurveEstimator().fit(steps, losses, start_step=0)
+    assert est.reason is None
+    b0, b1, b2 = est.beta
+    assert b2 * est.scale == pytest.approx(0.2, rel=0.1)
+    assert b0 / est.scale == pytest.approx(0.05, rel=0.2) and b1 / est.scale == pytest.approx(1.0, rel=0.2)
+    truth = (1 / (0.25 - 0.2) - 1.0) / 0.05 - (1 / (0.3 - 0.2) - 1.0) / 0.05
+    assert est.remaining_iterations(0.3, 0.25) == pytest.approx(truth, rel=0.2)
+
+
+@pytest.mark.parametrize("make, curve", [(HogwildEstimator, hogwild_curve), (LossCurveEstimator, optimus_curve)])
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_predictions_are_non_negative_and_monotone(make, curve, seed):
+    steps, losses = curve(seed)
+    est = make().fit(steps, losses)
+    currents = np.linspace(0.6, 0.26, 12)
+    by_current = [est.remaining_iterations(c, 0.25) for c in currents]
+    assert all(r is not None and r >= 0 for r in by_current)
+    assert all(a >= b for a, b in zip(by_current, by_current[1:]))  # closer to the target: fewer left
+    targets = np.linspace(0.5, 0.21, 10)
+    by_target = [est.remaining_iterations(0.55, t) for t in targets]
+    finite = [r for r in by_target if r is not None]
+    assert all(a <= b for a, b in zip(finite, finite[1:]))  # a lower target: more left
+
+
+@pytest.mark.parametrize("make", [HogwildEstimator, LossCurveEstimator])
+def test_too_few_points_gives_none_with_a_reason(make):
+    est = make().fit([1], [0.5])
+    assert est.remaining_iterations(0.5, 0.1) is None
+    assert est.reason == f"need at least {est.min_points} usable points, got 1"
+
+
+@pytest.mark.parametrize("make", [HogwildEstimator, LossCurveEstimator])
+def test_target_already_reached_is_zero(make):
+    est = make().fit(*hogwild_curve(0))
+    assert est.remaining_iterations(0.3, 0.3) == 0.0 and est.remaining_iterations(0.3, 0.5) == 0.0
+
+
+@pytest.mark.parametrize("make", [HogwildEstimator, LossCurveEstimator])
+def test_no_progress_gives_none(make):
+    steps = np.arange(1, 50)
+    est = make().fit(steps, np.full(49, 0.5) + 0.001 * np.sin(steps))
+    assert est.remaining_iterations(0.5, 0.1) is None
+    assert est.reason == "the segment shows no decrease of the loss"
+
+
+def test_loss_curve_target_below_floor_is_unreachable():
+    est = LossCurveEstimator().fit(*optimus_curve(0))
+    assert est.remaining_iterations(0.3, 0.1) is None
+    assert est.reason.startswith("target 0.1 is at or below the fitted floor 0.")
+    assert est.beta[2] * est.scale == pytest.approx(0.2, rel=0.05)
+
+
+def test_condition_number_caps_beta():
+    steps, losses = hogwild_curve(0)
+    est = HogwildEstimator(condition_number=1.0).fit(steps, losses, start_step=0, start_loss=0.3)
+    assert est.beta == pytest.approx(0.6)
+    with pytest.raises(ConfigurationError, match="condition_number must be a number >= 1 or None, got 0.5"):
+        HogwildEstimator(condition_number=0.5)
+
+
+def test_unusable_losses_are_ignored_with_a_warning(caplog):
+    steps, losses = hogwild_curve(1, spikes=0)
+    losses[[3, 10, 20]] = [math.nan, math.inf, -1.0]
+    with caplog.at_level(logging.WARNING, logger="tfonline"):
+        est = HogwildEstimator().fit(steps, losses)
+    assert "ignoring 3 loss(es) that are NaN, infinite or negative" in caplog.text
+    assert est.dropped >= 3 and est.points + est.dropped == steps.size and est.reason is None
+
+
+def test_steps_must_increase():
+    with pytest.raises(ConfigurationError, match="steps must strictly increase, got 3 after 4"):
+        clean_segment([1, 2, 4, 3], [0.5, 0.4, 0.3, 0.2])
+    with pytest.raises(ConfigurationError, match="steps and losses must be 1-D sequences of one length"):
+        clean_segment([1, 2], [0.5])
+
+
+@pytest.mark.parametrize("current, target, message", [
+    (math.nan, 0.1, "current_loss must be a finite number, got nan"),
+    (0.5, 0, "target_loss must be > 0, got 0"),
+    (0.5, -1.0, r"target_loss must be > 0, got -1.0"),
+])
+def test_bad_losses_to_remaining(current, target, message):
+    with pytest.raises(ConfigurationError, match=message):
+        HogwildEstimator().fit(*hogwild_curve(0)).remaining_iterations(current, target)
+
+
+def test_outlier_filter_keeps_a_trend_and_drops_spikes():
+    steps = np.arange(1, 101, dtype=float)
+    losses = 1.0 / steps
+    kept_steps, kept, dropped = clean_segment(steps, losses)
+    assert dropped == 0 and kept.size == 100
+    losses[[30, 60]] = 5.0
+    kept_steps, kept, dropped = clean_segment(steps, losses)
+    assert dropped == 2 and 31 not in kept_steps and 61 not in kept_steps
+
+
+def test_built_ins_are_registered_entry_points():
+    assert {"hogwild", "loss-curve"} <= set(available_estimators())
+    assert isinstance(get_estimator("hogwild", condition_number=2.0), HogwildEstimator)
+    assert isinstance(get_estimator("loss-curve"), LossCurveEstimator)
+
+
+def test_unknown_estimator_lists_the_known_ones():
+    with pytest.raises(ConfigurationError, match="unknown estimator 'oracle'; known estimators: .*hogwild, loss-curve"):
+        get_estimator("oracle")
+    with pytest.raises(ConfigurationError, match="estimator 'hogwild' does not take these options"):
+        get_estimator("hogwild", beta=3)
+
+
+def _install_distribution(root, name, entry_points: str, module: str | None = None):
+    """A real (if minimal) installed distribution: a dist-info folder on sys.path."""
+    info = root / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[tfonline.estimators]\n{entry_points}\n")
+    if module:
+        (root / f"{name.replace('-', '_')}.py").write_text(module)
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for mod in [m for m in sys.modules if m.startswith("thirdparty")]:
+        del sys.modules[mod]
+
+
+def test_a_third_party_estimator_is_found_through_its_entry_point(site):
+    _install_distribution(site, "thirdparty-est", "linear = thirdparty_est:Linear", module=(
+        "from tfonline.estimator import BaseEstimator\n"
+        "class Linear(BaseEstimator):\n"
+        "    name = 'linear'\n"
+        "    def _fit(self, t, losses, start_loss):\n"
+        "        self.slope = (losses[0] - losses[-1]) / (t[-1] - t[0])\n"
+        "    def _remaining(self, current, target):\n"
+        "        return (current - target) / self.slope, None\n"))
+    assert "linear" in available_estimators()
+    est = get_estimator("linear").fit(np.arange(1, 11), np.linspace(1.0, 0.55, 10))
+    assert est.remaining_iterations(0.55, 0.05) == pytest.approx(10.0)
+
+
+def test_a_duplicate_name_names_both_sources(site):
+    _install_distribution(site, "thirdparty-dup", "hogwild = thirdparty_dup:Other")
+    with pytest.raises(ConfigurationError, match=r"estimator name 'hogwild' is registered twice: by "
+                                                 r"tfonline.estimator._hogwild:HogwildEstimator \(distribution tfonline\)"
+                                                 r" and by thirdparty_dup:Other \(distribution thirdparty-dup\)"):
+        available_estimators()
+
+
+def test_an_entry_point_that_is_not_an_estimator(site):
+    _install_distribution(site, "thirdparty-bad", "bad = thirdparty_bad:NOT_A_CLASS", module="NOT_A_CLASS = 3\n")
+    with pytest.raises(ConfigurationError, match="estimator 'bad' must name a BaseEstimator subclass, got "
+                                                 "thirdparty_bad:NOT_A_CLASS"):
+        get_estimator("bad")
