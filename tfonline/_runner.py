@@ -56,6 +56,7 @@ logger = logging.getLogger("tfonline")
 PROGRESS_INTERVAL_S = 5.0
 JOIN_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 5.0
+ESTIMATE_INTERVAL_S = 1.0
 
 
 @contextlib.contextmanager
@@ -117,7 +118,8 @@ class _Stop(Exception):
 
 
 class Runner:
-    def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet):
+    def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
+                 estimator=None):
         self.job = job
         self.requested_setting = setting
         self.db_path = os.fspath(db)
@@ -139,6 +141,10 @@ class Runner:
         self.smoothed = SmoothedLoss(job.smoothing_window)
         self.first_iteration_at: float | None = None
         self.segment = 0
+        self.estimator = estimator
+        self._segment_points: list[tuple[int, float, float]] = []  # (step, loss, wall time)
+        self._next_estimate_at = 0.0
+        self.last_estimate: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
         self._sessions: list[tf.compat.v1.Session] = []
         self.session_configs: list[tuple[int, Any]] = []
 
@@ -285,6 +291,8 @@ class Runner:
                 elapsed = time.monotonic() - self._t0
                 if self.max_seconds is not None and elapsed >= self.max_seconds:
                     self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
+                if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
+                    self._estimate()
                 if not self.quiet and time.monotonic() >= next_progress:
                     self._progress()
                     next_progress += PROGRESS_INTERVAL_S
@@ -373,6 +381,7 @@ class Runner:
                 self.segment_start_loss = loss
             smoothed = self.smoothed.add(loss)
             self.last_loss = loss
+            self._segment_points.append((self.step, loss, now))
             self.repo.insert("iterations", {
                 "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": self.setting_id,
                 "segment": self.segment, "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed,
@@ -383,12 +392,47 @@ class Runner:
             if self.max_steps is not None and self.step >= self.max_steps:
                 raise _Stop("stopped", f"max_steps ({self.max_steps}) reached")
 
+    def _estimate(self) -> None:
+        """Fits the estimator on the current segment and records its estimate.
+
+        Runs in the driver's monitor thread, at most once every
+        ``ESTIMATE_INTERVAL_S`` and after at least 3 new iterations per
+        worker, so the workers never wait for it.
+        """
+        self._next_estimate_at = time.monotonic() + ESTIMATE_INTERVAL_S
+        with self._lock:
+            points = list(self._segment_points)
+            current = self.smoothed.value
+            ready = self.smoothed.ready
+        if not ready or len(points) < 2:
+            return
+        if points[-1][0] - getattr(self, "_last_estimate_step", 0) < 3 * len(self.graphs):
+            return
+        self._last_estimate_step = points[-1][0]
+        steps, losses, walls = zip(*points)
+        self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0])
+        remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
+        per_iteration_s = (walls[-1] - walls[0]) / (steps[-1] - steps[0])
+        remaining_s = None if remaining is None else remaining * per_iteration_s
+        self.last_estimate = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
+        self.repo.insert("estimates", {
+            "job_id": self.job_id, "step": points[-1][0], "estimator": self.estimator.name, "loss": current,
+            "remaining_iterations": remaining, "remaining_s": remaining_s, "wall_time": time.time(),
+        }, replace=True)
+
+    def _eta(self) -> str:
+        remaining, remaining_s, reason = self.last_estimate
+        if remaining_s is None:
+            return f"ETA unknown ({reason})"
+        return f"ETA {remaining_s:.0f} s ({remaining:.0f} it, {self.estimator.name})"
+
     def _progress(self) -> None:
         elapsed = time.monotonic() - self._t0
         rate = self.step / max(elapsed, 1e-9)
         print(
             f"[tfonline] {self.job.name} step {self.step}  loss {self.smoothed.value:.4g} "
-            f"(target {self.job.target_loss:g})  {rate:.1f} it/s  {short_form(self.setting)}",
+            f"(target {self.job.target_loss:g})  {rate:.1f} it/s  {short_form(self.setting)}"
+            + (f"  {self._eta()}" if self.estimator is not None else ""),
             flush=True,
         )
 

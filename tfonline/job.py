@@ -85,6 +85,8 @@ class MLJobFramework:
         max_steps: int | None = None,
         max_seconds: float | None = None,
         quiet: bool = False,
+        estimator: str = "hogwild",
+        estimator_options: dict[str, Any] | None = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -101,6 +103,9 @@ class MLJobFramework:
             seed: the graph-level random seed.
             max_steps, max_seconds: override the class attributes.
             quiet: no progress lines.
+            estimator: the registered name of the progress estimator
+                (see :func:`tfonline.estimator.available_estimators`).
+            estimator_options: keyword arguments for that estimator.
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -120,8 +125,11 @@ class MLJobFramework:
         _check_limits(*limits)
         from tfonline._runner import Runner
 
+        from tfonline.estimator import get_estimator
+
+        progress = get_estimator(estimator, **(estimator_options or {}))
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
-                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet).run()
+                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():
