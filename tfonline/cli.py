@@ -1,6 +1,7 @@
 """The ``tfonline`` command.
 
     tfonline report DB [--job NAME]
+    tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
@@ -28,6 +29,22 @@ def _report(args) -> int:
         print(report_text(repo, args.job))
     finally:
         repo.db.conn.close()
+    return 0
+
+
+def _estimate_quality(args) -> int:
+    from tfonline.estimator import available_estimators
+    from tfonline.estimator._quality import estimate_quality, load_runs, quality_text
+    from tfonline.repository import Repository
+
+    repo = Repository(args.db, create=False)
+    try:
+        runs = load_runs(repo, args.job)
+    finally:
+        repo.db.conn.close()
+    names = args.estimator or available_estimators()
+    qualities = [estimate_quality(runs, name, args.segment) for name in names]
+    print(quality_text(qualities, args.job, args.segment))
     return 0
 
 
@@ -62,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("db", help="the SQLite repository a job wrote")
     report.add_argument("--job", help="only the jobs with this name (or this job id)")
     report.set_defaults(func=_report)
+    quality = sub.add_parser("estimate-quality", help="rank and error of the progress estimators on fixed-setting runs")
+    quality.add_argument("db", help="a repository with several converged runs of one job")
+    quality.add_argument("--job", required=True, help="the job name whose runs to compare")
+    quality.add_argument("--segment", type=int, default=60, help="iterations per segment (default 60)")
+    quality.add_argument("--estimator", action="append", help="an estimator to assess (default: all registered)")
+    quality.set_defaults(func=_estimate_quality)
     cores = os.cpu_count() or 1
     node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))")
     node.add_argument("--cluster", required=True, help="every node's host:port, comma-separated, in order")

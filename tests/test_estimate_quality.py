@@ -1,0 +1,67 @@
+"""The estimate-quality tool on a repository whose oracle is known. No TensorFlow."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tfonline.cli import main
+from tfonline.estimator._quality import estimate_quality, load_runs
+from tfonline.exceptions import ConfigurationError
+from tfonline.repository import Repository
+
+
+def _fake_runs(db_path, per_iteration_s=(0.02, 0.01, 0.04, 0.03), alpha=40.0, l0=0.7, target=0.25, seed=0):
+    """Runs that follow the same convergence curve at different speeds per iteration."""
+    rng = np.random.default_rng(seed)
+    repo = Repository(db_path)
+    losses = np.linspace(l0, target, 2000)
+    steps = np.round(alpha / losses * np.log(l0 / losses)) + 1
+    steps, first = np.unique(steps, return_index=True)
+    curve = np.interp(np.arange(1, steps[-1] + 1), steps, losses[first])
+    for i, p in enumerate(per_iteration_s):
+        job_id = f"run{i}"
+        repo.insert("settings", {"id": f"s{i}", "knobs": "{}", "short": f"setting {i}"}, replace=True)
+        repo.insert("jobs", {"id": job_id, "name": "Fake", "status": "converged", "target_loss": target,
+                             "started_at": 0.0, "mode": "async"})
+        noisy = curve * (1 + 0.01 * rng.standard_normal(curve.size))
+        for k, loss in enumerate(noisy, start=1):
+            repo.insert("iterations", {"job_id": job_id, "step": k, "worker": 0, "setting_id": f"s{i}", "segment": 0,
+                                       "exec_time_s": p, "loss": float(loss), "smoothed_loss": float(curve[k - 1]),
+                                       "wall_time": 100.0 + k * p})
+    repo.insert("jobs", {"id": "failed", "name": "Fake", "status": "failed", "target_loss": target, "started_at": 0.0})
+    repo.close()
+
+
+def test_the_estimators_pick_the_fastest_setting_when_curves_are_equal(db_path):
+    _fake_runs(db_path)
+    runs = load_runs(Repository(db_path, create=False), "Fake")
+    assert len(runs) == 4  # the failed run is left out
+    for name in ("hogwild", "loss-curve"):
+        quality = estimate_quality(runs, name, segment=40)
+        assert quality.picks >= 3
+        assert quality.rank == 1.0  # the oracle's best: setting 1, 0.01 s per iteration
+    hog = estimate_quality(runs, "hogwild", segment=40)
+    for fraction in (0.25, 0.5, 0.75):
+        error = hog.median_relative_error[fraction]
+        assert error is not None and 0 <= error < 1.0 and math.isfinite(error)
+
+
+def test_cli_prints_a_row_per_estimator(db_path, capsys):
+    _fake_runs(db_path)
+    assert main(["estimate-quality", db_path, "--job", "Fake", "--segment", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "estimator quality for Fake: 4 converged runs, segments of 50 iterations" in out
+    rows = [line.split() for line in out.splitlines()[2:]]
+    assert [r[0] for r in rows] == ["hogwild", "loss-curve"] and all(r[1] == "1.00" for r in rows)
+
+
+def test_too_few_runs_and_bad_segment(db_path, capsys):
+    _fake_runs(db_path, per_iteration_s=(0.01,))
+    assert main(["estimate-quality", db_path, "--job", "Fake"]) == 1
+    assert "estimate-quality needs at least 2 converged runs of the job, got 1" in capsys.readouterr().err
+    runs = load_runs(Repository(db_path, create=False), "Fake") * 2
+    with pytest.raises(ConfigurationError, match="segment must be an integer >= 2, got 1"):
+        estimate_quality(runs, "hogwild", segment=1)

@@ -1,0 +1,136 @@
+"""How good an estimator is, measured on completed fixed-setting runs (paper §VI-D).
+
+Never imports TensorFlow: it reads the repository only.
+
+- **Oracle.** Each completed (converged) run of the job is one setting; the
+  oracle ranks them by training time, from the first iteration to the last
+  (cluster start-up excluded: it does not depend on the setting), 1 = fastest.
+- **Rank metric.** Every run is cut into segments of ``segment`` iterations.
+  For segment index m, each run that still has that segment is fitted on
+  it, and its remaining time is predicted as remaining iterations × the
+  segment's wall time per iteration. The run with the least predicted time
+  is the estimator's pick for m. The metric is the mean oracle rank of the
+  picks over all m where at least two runs answered (1.0 is perfect).
+- **Relative error.** At 25%, 50% and 75% of each run, the estimator is
+  fitted on the ``segment`` iterations before that point, and its remaining
+  iterations are compared with the run's actual remaining iterations:
+  ``|predicted − actual| / actual``. The median over runs is reported, with
+  how many runs gave no estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tfonline.estimator import get_estimator
+from tfonline.exceptions import ConfigurationError
+from tfonline.repository import Repository
+
+FRACTIONS = (0.25, 0.5, 0.75)
+
+
+@dataclass
+class Run:
+    job_id: str
+    setting: str
+    target_loss: float
+    steps: np.ndarray
+    losses: np.ndarray
+    smoothed: np.ndarray
+    walls: np.ndarray
+
+    @property
+    def training_time_s(self) -> float:
+        return float(self.walls[-1] - self.walls[0])
+
+
+@dataclass
+class Quality:
+    estimator: str
+    runs: int
+    rank: float | None
+    picks: int
+    median_relative_error: dict[float, float | None] = field(default_factory=dict)
+    unavailable: dict[float, int] = field(default_factory=dict)
+
+
+def load_runs(repo: Repository, job_name: str) -> list[Run]:
+    """The converged runs named ``job_name``, with their iterations."""
+    runs = []
+    for job in repo.jobs(job_name):
+        if job["status"] != "converged":
+            continue
+        rows = list(repo.rows(
+            "select i.step, i.loss, i.smoothed_loss, i.wall_time, s.short from iterations i "
+            "left join settings s on s.id = i.setting_id where i.job_id = ? order by i.step", (job["id"],)))
+        if len(rows) < 2:
+            continue
+        data = np.array([(r["step"], r["loss"], r["smoothed_loss"], r["wall_time"]) for r in rows], dtype=float)
+        runs.append(Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T))
+    return runs
+
+
+def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
+    """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration)."""
+    est = estimator.fit(run.steps[lo:hi], run.losses[lo:hi], start_step=run.steps[lo] - 1,
+                        start_loss=run.losses[lo])
+    remaining = est.remaining_iterations(float(run.smoothed[hi - 1]), run.target_loss)
+    per_iteration_s = float(run.walls[hi - 1] - run.walls[lo]) / max(1.0, float(run.steps[hi - 1] - run.steps[lo]))
+    return remaining, per_iteration_s
+
+
+def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **options) -> Quality:
+    """The rank metric and relative errors of one estimator over ``runs``."""
+    if len(runs) < 2:
+        raise ConfigurationError(f"estimate-quality needs at least 2 converged runs of the job, got {len(runs)}")
+    if isinstance(segment, bool) or not isinstance(segment, int) or segment < 2:
+        raise ConfigurationError(f"segment must be an integer >= 2, got {segment!r}")
+    estimator = get_estimator(estimator_name, **options)
+    order = sorted(range(len(runs)), key=lambda i: runs[i].training_time_s)
+    oracle_rank = {run_index: rank + 1 for rank, run_index in enumerate(order)}
+    ranks = []
+    for m in range(max(r.steps.size for r in runs) // segment):
+        predictions = {}
+        for i, run in enumerate(runs):
+            lo, hi = m * segment, (m + 1) * segment
+            if hi > run.steps.size:
+                continue
+            remaining, per_iteration_s = _predict(estimator, run, lo, hi)
+            if remaining is not None:
+                predictions[i] = remaining * per_iteration_s
+        if len(predictions) >= 2:
+            ranks.append(oracle_rank[min(predictions, key=predictions.get)])
+    quality = Quality(estimator_name, len(runs), float(np.mean(ranks)) if ranks else None, len(ranks))
+    for fraction in FRACTIONS:
+        errors, missing = [], 0
+        for run in runs:
+            cut = int(run.steps.size * fraction)
+            lo = max(0, cut - segment)
+            if cut - lo < 2:
+                missing += 1
+                continue
+            remaining, _ = _predict(estimator, run, lo, cut)
+            actual = run.steps.size - cut
+            if remaining is None or actual <= 0:
+                missing += 1
+                continue
+            errors.append(abs(remaining - actual) / actual)
+        quality.median_relative_error[fraction] = float(np.median(errors)) if errors else None
+        quality.unavailable[fraction] = missing
+    return quality
+
+
+def quality_text(qualities: list[Quality], job_name: str, segment: int) -> str:
+    runs = qualities[0].runs
+    lines = [f"estimator quality for {job_name}: {runs} converged runs, segments of {segment} iterations",
+             f"  {'estimator':<12} {'rank (of ' + str(runs) + ')':>12} {'picks':>6}   median relative error "
+             f"of remaining iterations at 25% / 50% / 75% (runs without an estimate)"]
+    for q in qualities:
+        rank = "-" if q.rank is None else f"{q.rank:.2f}"
+        errors = " / ".join(
+            ("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}")
+            + f" ({q.unavailable[f]})" for f in FRACTIONS)
+        lines.append(f"  {q.estimator:<12} {rank:>12} {q.picks:>6}   {errors}")
+    return "\n".join(lines)
