@@ -144,6 +144,7 @@ class Runner:
         self.estimator = estimator
         self._segment_points: list[tuple[int, float, float]] = []  # (step, loss, wall time)
         self._next_estimate_at = 0.0
+        self._last_estimate_step = 0
         self.last_estimate: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
         self._sessions: list[tf.compat.v1.Session] = []
         self.session_configs: list[tuple[int, Any]] = []
@@ -406,7 +407,7 @@ class Runner:
             ready = self.smoothed.ready
         if not ready or len(points) < 2:
             return
-        if points[-1][0] - getattr(self, "_last_estimate_step", 0) < 3 * len(self.graphs):
+        if points[-1][0] - self._last_estimate_step < 3 * len(self.graphs):
             return
         self._last_estimate_step = points[-1][0]
         steps, losses, walls = zip(*points)
