@@ -38,6 +38,10 @@ def test_job_reaches_its_target(cluster, db_path, mode):
     (start_step, end_step, setting_id), = _rows(db_path, "select start_step, end_step, setting_id from segments")
     assert (start_step, end_step) == (1, result.iterations)
     assert _rows(db_path, "select count(*) from settings where id = ?", setting_id) == [(1,)]
+    (start_loss, end_loss, final_loss, first_loss), = _rows(
+        db_path, "select s.start_loss, s.end_loss, j.final_loss, (select loss from iterations where step = 1) "
+        "from segments s join jobs j on j.id = s.job_id")
+    assert start_loss == first_loss and end_loss == pytest.approx(final_loss)
 
 
 def test_every_knob_reaches_tensorflow(cluster, db_path):

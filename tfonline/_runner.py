@@ -140,6 +140,7 @@ class Runner:
         self.step = 0
         self.smoothed = SmoothedLoss(job.smoothing_window)
         self.first_iteration_at: float | None = None
+        self.cluster: Cluster | None = None
         self.segment = 0
         self.estimator = estimator
         self._segment_points: list[tuple[int, float, float]] = []  # (step, loss, wall time)
@@ -182,7 +183,7 @@ class Runner:
                     self._close_sessions()
                     if owned is not None:
                         owned.stop()
-                    elif hasattr(self, "cluster"):
+                    elif self.cluster is not None:
                         self._reset_container()
         except _Stop as stop:
             status, reason, error = stop.status, stop.reason, stop.error
@@ -326,8 +327,8 @@ class Runner:
         try:
             loop(*args)
         except tf.errors.OutOfRangeError:
-            self._request_stop(_Stop("data_exhausted", self._exhausted_message(), DatasetExhaustedError(
-                self._exhausted_message())))
+            message = self._exhausted_message()
+            self._request_stop(_Stop("data_exhausted", message, DatasetExhaustedError(message)))
         except tf.errors.OpError as e:
             message = f"TensorFlow failed at step {self.step}: {type(e).__name__}: {_essence(e.message)}"
             self._request_stop(_Stop("failed", message, TfOnlineError(message)))
@@ -373,15 +374,13 @@ class Runner:
             if self._stop_event.is_set():
                 return  # an iteration that finished after the stop is not counted
             if not math.isfinite(loss):
-                raise _Stop("failed", f"the loss became {loss} at step {self.step + 1}: training diverged",
-                            TfOnlineError(f"the loss became {loss} at step {self.step + 1}: training diverged"))
+                message = f"the loss became {loss} at step {self.step + 1}: training diverged"
+                raise _Stop("failed", message, TfOnlineError(message))
             self.step += 1
             now = time.time()
             if self.first_iteration_at is None:
                 self.first_iteration_at = now
-                self.segment_start_loss = loss
             smoothed = self.smoothed.add(loss)
-            self.last_loss = loss
             self._segment_points.append((self.step, loss, now))
             self.repo.insert("iterations", {
                 "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": self.setting_id,
@@ -473,8 +472,10 @@ class Runner:
 
     def _record_segment_end(self) -> None:
         self.repo.update("segments", (self.job_id, self.segment), {
-            "end_step": self.step, "start_loss": getattr(self, "segment_start_loss", None),
-            "end_loss": getattr(self, "last_loss", None), "ended_at": time.time(),
+            "end_step": self.step,
+            "start_loss": self._segment_points[0][1] if self._segment_points else None,
+            "end_loss": self.smoothed.value if self._segment_points else None,  # what the report shows
+            "ended_at": time.time(),
         })
 
     def _record_job_end(self, status: str, reason: str) -> None:
