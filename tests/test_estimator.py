@@ -98,6 +98,74 @@ def test_no_progress_gives_none(make):
     assert est.reason == "the segment shows no decrease of the loss"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_no_progress_in_pure_noise_gives_none(seed):
+    steps = np.arange(1, 61, dtype=float)
+    losses = 0.5 + 0.02 * np.random.default_rng(seed).standard_normal(60)
+    for make in (HogwildEstimator, LossCurveEstimator):
+        est = make().fit(steps, losses)
+        assert est.remaining_iterations(0.5, 0.1) is None and est.reason == "the segment shows no decrease of the loss"
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_hogwild_alpha_is_not_shrunk_by_noisy_losses(seed):
+    """g(loss) is regressed on the exact iterations, so noise in the loss does not dilute α."""
+    steps, losses = hogwild_curve(seed, noise=0.08, spikes=0)
+    assert HogwildEstimator().fit(steps, losses, start_step=0, start_loss=0.7).alpha == pytest.approx(40.0, rel=0.15)
+
+
+def _split(steps, losses, at):
+    """A job's points cut into its history and a segment of the next ``at[1]`` points."""
+    lo, hi = at
+    return (steps[lo:hi], losses[lo:hi]), dict(start_step=steps[lo - 1], start_loss=losses[lo - 1],
+                                              history=(steps[:lo], losses[:lo]))
+
+
+def test_history_gives_the_shape_and_steadies_a_short_segment():
+    truth = 40.0 / 0.25 * math.log(0.7 / 0.25) - 40.0 / 0.4 * math.log(0.7 / 0.4)
+    errors_alone, errors_with_history = [], []
+    for seed in SEEDS:
+        steps, losses = hogwild_curve(seed, noise=0.05, spikes=0)
+        lo = int(np.searchsorted(steps, 40.0 / 0.4 * math.log(0.7 / 0.4)))  # where the loss is 0.4
+        segment, context = _split(steps, losses, (lo, lo + 20))  # 20 noisy points in the middle of the run
+        alone = HogwildEstimator().fit(*segment, start_step=context["start_step"], start_loss=context["start_loss"])
+        with_history = HogwildEstimator().fit(*segment, **context)
+        assert with_history.beta == pytest.approx(0.7, rel=0.05)  # the job's start, not the segment's
+        assert alone.beta < 0.6
+        predicted = with_history.remaining_iterations(0.4, 0.25)
+        assert predicted == pytest.approx(truth, rel=0.25)
+        errors_with_history.append(abs(predicted - truth))
+        alone_predicted = alone.remaining_iterations(0.4, 0.25)
+        errors_alone.append(math.inf if alone_predicted is None else abs(alone_predicted - truth))
+    assert np.median(errors_with_history) < np.median(errors_alone)
+
+
+def test_loss_curve_takes_its_floor_from_the_history():
+    steps, losses = optimus_curve(0, n=600)
+    segment, context = _split(steps, losses, (580, 600))
+    est = LossCurveEstimator().fit(*segment, **context)
+    assert est.beta[2] * est.scale == pytest.approx(0.2, rel=0.1)
+    assert est.floor <= est.beta[2] * est.scale and est.floor == pytest.approx(0.2, rel=0.1)
+    truth = (1 / (0.25 - 0.2) - 1.0) / 0.05 - (1 / (0.3 - 0.2) - 1.0) / 0.05
+    assert est.remaining_iterations(0.3, 0.25) == pytest.approx(truth, rel=0.25)
+
+
+def test_loss_curve_floor_is_a_lower_confidence_bound():
+    """A target within the floor's uncertainty is not called unreachable."""
+    steps, losses = optimus_curve(1, n=60, noise=0.03, spikes=0)
+    est = LossCurveEstimator().fit(steps, losses)
+    assert est.floor_stderr > 0
+    assert est.floor == pytest.approx(max(0.0, est.beta[2] * est.scale - 2 * est.floor_stderr))
+    between = (est.floor + est.beta[2] * est.scale) / 2
+    assert est.remaining_iterations(0.5, between) is not None
+
+
+def test_history_must_end_before_the_segment():
+    with pytest.raises(ConfigurationError, match="history must end at or before the segment's start step 9, got a "
+                                                 "step 12"):
+        HogwildEstimator().fit(np.arange(10, 20), np.linspace(0.6, 0.5, 10), history=([1, 12], [0.7, 0.65]))
+
+
 def test_loss_curve_target_below_floor_is_unreachable():
     est = LossCurveEstimator().fit(*optimus_curve(0))
     assert est.remaining_iterations(0.3, 0.1) is None
@@ -185,8 +253,8 @@ def test_a_third_party_estimator_is_found_through_its_entry_point(site):
         "from tfonline.estimator import BaseEstimator\n"
         "class Linear(BaseEstimator):\n"
         "    name = 'linear'\n"
-        "    def _fit(self, t, losses, start_loss):\n"
-        "        self.slope = (losses[0] - losses[-1]) / (t[-1] - t[0])\n"
+        "    def _fit(self, segment):\n"
+        "        self.slope = (segment.losses[0] - segment.losses[-1]) / (segment.t[-1] - segment.t[0])\n"
         "    def _remaining(self, current, target):\n"
         "        return (current - target) / self.slope, None\n"))
     assert "linear" in available_estimators()

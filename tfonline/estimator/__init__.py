@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from importlib.metadata import entry_points
 
-from tfonline.estimator._base import BaseEstimator, clean_segment
+from tfonline.estimator._base import BaseEstimator, Segment, clean_segment
 from tfonline.estimator._hogwild import HogwildEstimator
 from tfonline.estimator._loss_curve import LossCurveEstimator
 from tfonline.exceptions import ConfigurationError
@@ -23,6 +23,7 @@ ENTRY_POINT_GROUP = "tfonline.estimators"
 
 __all__ = [
     "BaseEstimator",
+    "Segment",
     "HogwildEstimator",
     "LossCurveEstimator",
     "ENTRY_POINT_GROUP",

@@ -9,7 +9,9 @@ Never imports TensorFlow: it reads the repository only.
   For segment index m, each run that still has that segment is fitted on
   it, and its remaining time is predicted as remaining iterations × the
   segment's wall time per iteration. The run with the least predicted time
-  is the estimator's pick for m. The metric is the mean oracle rank of the
+  is the estimator's pick for m. Each fit also gets the run's iterations
+  before the segment as history (the built-ins take the curve's shape
+  from it). The metric is the mean oracle rank of the
   picks over all m where at least two runs answered (1.0 is perfect).
 - **Relative error.** At 25%, 50% and 75% of each run, the estimator is
   fitted on the ``segment`` iterations before that point, and its remaining
@@ -75,7 +77,7 @@ def load_runs(repo: Repository, job_name: str) -> list[Run]:
 def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
     """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration)."""
     est = estimator.fit(run.steps[lo:hi], run.losses[lo:hi], start_step=run.steps[lo] - 1,
-                        start_loss=run.losses[lo])
+                        start_loss=run.losses[lo], history=(run.steps[:lo], run.losses[:lo]))
     remaining = est.remaining_iterations(float(run.smoothed[hi - 1]), run.target_loss)
     per_iteration_s = float(run.walls[hi - 1] - run.walls[lo]) / max(1.0, float(run.steps[hi - 1] - run.steps[lo]))
     return remaining, per_iteration_s
