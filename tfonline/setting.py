@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from tfonline.exceptions import ConfigurationError
 
 JIT_LEVELS = ("OFF", "ON_1", "ON_2")
+KINDS = ("int", "log-int", "bool", "ordinal", "nominal")
+RECONFIGURATION_TYPES = ("I-a", "I-b", "II")
 KIB = 1024
 MIB = 1024 * 1024
 
@@ -28,23 +30,44 @@ class Knob:
 
     ``reconfiguration`` is the paper's type: ``I-a`` (training data moves),
     ``I-b`` (model data moves) or ``II`` (system setting only).
-    ``applied_by`` says where the value goes in TensorFlow.
+    ``applied_by`` says where the value goes in TensorFlow. A knob the
+    user adds has ``apply(config_proto, value)``, called on the
+    ``ConfigProto`` of every training session, and may give a ``default``
+    (else the first value of its domain).
     """
 
     name: str
-    kind: str  # "int", "log-int", "bool", "ordinal"
+    kind: str  # "int", "log-int", "bool", "ordinal", "nominal"
     reconfiguration: str
     applied_by: str
     low: int | None = None
     high: int | None = None
     choices: tuple | None = None
+    apply: Callable[[Any, Any], None] | None = field(default=None, compare=False, repr=False)
+    default: Any = None
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ConfigurationError(f"knob {self.name} must have a kind in {', '.join(KINDS)}, got {self.kind!r}")
+        if self.reconfiguration not in RECONFIGURATION_TYPES:
+            raise ConfigurationError(f"knob {self.name} must have a reconfiguration type in "
+                                     f"{', '.join(RECONFIGURATION_TYPES)}, got {self.reconfiguration!r}")
+        if self.kind in ("ordinal", "nominal"):
+            if not self.choices:
+                raise ConfigurationError(f"knob {self.name} ({self.kind}) needs a non-empty tuple of choices, "
+                                         f"got {self.choices!r}")
+        elif self.kind != "bool" and not (isinstance(self.low, int) and isinstance(self.high, int)
+                                          and self.low <= self.high and (self.kind != "log-int" or self.low > 0)):
+            raise ConfigurationError(f"knob {self.name} ({self.kind}) needs integers low <= high"
+                                     f"{' (low > 0)' if self.kind == 'log-int' else ''}, got low={self.low!r}, "
+                                     f"high={self.high!r}")
 
     def check(self, value: Any) -> Any:
         if self.kind == "bool":
             if not isinstance(value, bool):
                 raise ConfigurationError(f"knob {self.name} must be True or False, got {value!r}")
             return value
-        if self.kind == "ordinal":
+        if self.kind in ("ordinal", "nominal"):
             if value not in self.choices:
                 raise ConfigurationError(f"knob {self.name} must be one of {', '.join(self.choices)}, got {value!r}")
             return value
@@ -103,7 +126,8 @@ def default_setting(node_count: int, cores: int | None = None) -> dict[str, Any]
     }
 
 
-def resolve_setting(setting: dict[str, Any] | None, node_count: int, cores: int | None = None) -> dict[str, Any]:
+def resolve_setting(setting: dict[str, Any] | None, node_count: int, cores: int | None = None,
+                    extra_knobs: tuple[Knob, ...] = ()) -> dict[str, Any]:
     """Fills ``setting`` up with defaults and validates every knob.
 
     Raises:
@@ -115,10 +139,14 @@ def resolve_setting(setting: dict[str, Any] | None, node_count: int, cores: int 
     if not isinstance(setting, dict):
         raise ConfigurationError(f"setting must be a dict of knob values, got {type(setting).__name__}")
     table = knob_table(node_count, cores)
+    table.update({k.name: k for k in extra_knobs})
     unknown = sorted(set(setting) - set(table))
     if unknown:
         raise ConfigurationError(f"unknown knob {unknown[0]!r}; known knobs: {', '.join(table)}")
     resolved = default_setting(node_count, cores)
+    for knob in extra_knobs:
+        resolved[knob.name] = knob.default if knob.default is not None else (
+            knob.choices[0] if knob.choices else False if knob.kind == "bool" else knob.low)
     if "ps" in setting and "worker" not in setting:
         resolved["worker"] = max(1, node_count - setting["ps"]) if isinstance(setting["ps"], int) else None
     resolved.update(setting)
@@ -166,7 +194,8 @@ def _bytes_short(n: int) -> str:
     return str(n)
 
 
-def session_config(setting: dict[str, Any], device_filters: list[str] | None = None):
+def session_config(setting: dict[str, Any], device_filters: list[str] | None = None,
+                   extra_knobs: tuple[Knob, ...] = ()):
     """The ``ConfigProto`` a worker session is opened with for ``setting``.
 
     Thread pools are not set here: sessions on gRPC servers reject
@@ -186,5 +215,7 @@ def session_config(setting: dict[str, Any], device_filters: list[str] | None = N
     graph.infer_shapes = setting["infer_shapes"]
     graph.place_pruned_graph = setting["place_pruned_graph"]
     graph.enable_bfloat16_sendrecv = setting["enable_bfloat16_sendrecv"]
+    for knob in extra_knobs:
+        knob.apply(config, setting[knob.name])
     return config
 

@@ -1,0 +1,163 @@
+"""The only module that touches GPyOpt: a GP over (encoded setting, loss) and EI, ask/tell style.
+
+GPyOpt changes global state when imported (``warnings.filterwarnings
+("ignore")`` for every warning) and draws from NumPy's global random
+generator. Both are contained here: the import runs inside
+``warnings.catch_warnings()``, and every call runs with NumPy's global
+generator seeded from (seed, number of observations) and restored after.
+The same seed and the same observations therefore give the same suggestion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from tfonline.tuner.space import KnobSpace
+
+_gpyopt = None
+
+
+def _import():
+    global _gpyopt
+    if _gpyopt is None:
+        with warnings.catch_warnings():
+            import GPyOpt
+
+            _gpyopt = GPyOpt
+    return _gpyopt
+
+
+@contextlib.contextmanager
+def _contained(seed: int, salt: int):
+    """NumPy's global generator seeded for this call, warnings quiet, both restored after."""
+    state = np.random.get_state()
+    digest = hashlib.sha256(f"{seed}:{salt}".encode()).digest()
+    np.random.seed(int.from_bytes(digest[:4], "little"))
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        np.random.set_state(state)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One triple of the paper: a setting, the loss before its segment, and R̂ in seconds."""
+
+    setting: dict[str, Any]
+    loss: float
+    remaining_s: float
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    setting: dict[str, Any]
+    expected_improvement_s: float  # EI at the suggestion, in seconds of remaining time
+    predicted_s: float  # the GP's mean remaining time at the suggestion
+    current_s: float  # the GP's mean remaining time of the current setting
+
+
+class GPOptimizer:
+    """Fits a GP to observations and maximises EI over settings with the loss fixed (GPyOpt's ``context``).
+
+    The GP's inputs are the space's encoded free knobs plus the loss; its
+    output is log R̂ (R̂ = the estimated remaining completion time in
+    seconds), normalised by GPyOpt. R̂ is time per iteration (set by the
+    setting) × iterations left (set mostly by the loss), so log R̂ is close
+    to a sum of a function of the setting and one of the loss. The kernel
+    says so: a Matérn 5/2 over the knobs (one length scale per knob) *plus*
+    a Matérn 5/2 over the loss. A setting seen early in the job then
+    informs its prediction at today's loss; with one kernel over both, the
+    prediction for a setting not seen lately falls back to the mean of all
+    observations, mostly early ones with large R̂, and EI never points
+    at it.
+
+    EI is computed on log R̂ and converted to seconds at the current loss:
+    an expected improvement Δ of log R̂ is worth ``R̂_cur·(1 − e^−Δ)``
+    seconds, with R̂_cur the GP's mean for the current setting. That is what
+    is compared with a reconfiguration's cost (see :meth:`suggest`).
+    """
+
+    def __init__(self, space: KnobSpace, seed: int = 0):
+        if not space.free:
+            raise ValueError("the space has no free knob")
+        self.space = space
+        self.seed = seed
+
+    def _domain(self, observations: Sequence[Observation], loss: float) -> list[dict[str, Any]]:
+        losses = [o.loss for o in observations] + [loss]
+        low, high = min(losses), max(losses)
+        pad = max(1e-6, 0.05 * (high - low))
+        return self.space.gpyopt_domain() + [
+            {"name": "loss", "type": "continuous", "domain": (max(0.0, low - pad), high + pad)}]
+
+    def _constraints(self) -> list[dict[str, str]] | None:
+        free = self.space.free
+        n = self.space.node_count
+        if "ps" in free and "worker" in free:
+            return [{"name": "nodes", "constraint": f"x[:,{free.index('ps')}] + x[:,{free.index('worker')}] - {n}"}]
+        for name, other in (("ps", "worker"), ("worker", "ps")):
+            if name in free:
+                return [{"name": "nodes", "constraint": f"x[:,{free.index(name)}] + {self.space.values[other][0]} - {n}"}]
+        return None
+
+    def _model(self, observations: Sequence[Observation], loss: float):
+        gpyopt = _import()
+        x = np.array([self.space.encode(o.setting) + [o.loss] for o in observations], dtype=float)
+        y = np.log(np.array([[max(o.remaining_s, 1e-9)] for o in observations], dtype=float))
+        domain = self._domain(observations, loss)
+        width = gpyopt.core.task.space.Design_space(domain).dimensionality  # one-hot columns included
+        gpy = gpyopt.models.gpmodel.GPy
+        kernel = (gpy.kern.Matern52(width - 1, active_dims=list(range(width - 1)), ARD=True, name="setting")
+                  + gpy.kern.Matern52(1, active_dims=[width - 1], name="loss"))
+        bo = gpyopt.methods.BayesianOptimization(
+            f=None, domain=domain, constraints=self._constraints(), X=x, Y=y, kernel=kernel,
+            acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False, optimize_restarts=2)
+        return bo, y
+
+    def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any]) -> Suggestion:
+        """The setting with the largest EI at ``loss``, and its expected improvement over ``current`` in seconds.
+
+        GPyOpt's EI (against the best prediction at any observed point)
+        chooses the candidate. The gain of *switching* to it is measured
+        against the current setting instead: E[max(f(current) − f(s*), 0)]
+        on log R̂ at ``loss``, with f(current) at its predicted mean. After
+        the random phase, or when the job's best setting was seen earlier,
+        the current setting is not the incumbent, and EI against the
+        incumbent would understate what a switch gains.
+        """
+        if len(observations) < 2:
+            raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
+        with _contained(self.seed, len(observations)):
+            bo, y = self._model(observations, loss)
+            x = bo.suggest_next_locations(context={"loss": float(loss)})
+            setting = self.space.decode(x[0][:-1])
+            mean, sd = self._predict(bo, y, setting, loss)
+            current_mean, _ = self._predict(bo, y, current, loss)
+        gain = _expected_improvement(current_mean, mean, sd)
+        current_s = math.exp(current_mean)
+        return Suggestion(setting, current_s * (1 - math.exp(-gain)), math.exp(mean), current_s)
+
+    def _predict(self, bo, y: np.ndarray, setting: dict[str, Any], loss: float) -> tuple[float, float]:
+        """The GP's mean and SD of log R̂ for one setting at ``loss``."""
+        zipped = np.array([self.space.encode(setting) + [float(loss)]], dtype=float)
+        mean, sd = bo.model.predict(bo.space.unzip_inputs(zipped))
+        scale = float(np.std(y)) or 1.0
+        return float(np.ravel(mean)[0]) * scale + float(np.mean(y)), float(np.ravel(sd)[0]) * scale
+
+
+def _expected_improvement(incumbent: float, mean: float, sd: float) -> float:
+    """E[max(incumbent − f, 0)] for f ~ N(mean, sd²)."""
+    if not sd > 0:
+        return max(0.0, incumbent - mean)
+    z = (incumbent - mean) / sd
+    return max(0.0, (incumbent - mean) * 0.5 * math.erfc(-z / math.sqrt(2))
+               + sd * math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))

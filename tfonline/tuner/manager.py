@@ -1,0 +1,281 @@
+"""The tuning loop of the paper's §III (DESIGN §3), independent of how settings are applied.
+
+A driver (the TensorFlow runner, or a simulator in the tests) runs the job in
+*segments*: iterations under one setting. At the end of each it hands the
+:class:`TuningManager` a :class:`SegmentRun`; the manager turns it into a
+triple ``(setting, loss before, R̂)``, decides the next setting, and returns a
+:class:`Decision`. The driver applies it through its ``Reconfig(old, new)``
+hook and reports the measured cost back with :meth:`TuningManager.record_cost`.
+
+Phases:
+
+1. ``initial``: ``initial_iterations`` (I0) iterations under the starting
+   setting.
+2. ``random``: ``random_settings`` (N, the paper's 10) random settings of the
+   space, each for one segment.
+3. ``online``: every segment, the GP is refitted and EI maximised at the
+   current loss; the job switches to s* only when EI(s*) exceeds the
+   estimated cost of that reconfiguration.
+
+A segment lasts ``segment_iterations`` iterations (the paper's I = 3 ×
+workers when None) *and* at least ``min_segment_s`` seconds. The second
+bound is ours: here an iteration takes milliseconds, and a segment of six
+iterations measures nothing but noise.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tfonline.estimator import BaseEstimator
+from tfonline.exceptions import ConfigurationError
+from tfonline.setting import setting_key
+from tfonline.tuner._gpyopt import GPOptimizer, Observation
+from tfonline.tuner.space import KnobSpace, reconfiguration_types
+
+# Before any reconfiguration of a type has been measured, its cost is taken
+# to be this many seconds: about what rebuilding the graphs and sessions of
+# a small job takes on a local cluster (I-a, I-b, II), which is what the
+# simplest mechanism does for every type.
+PRIOR_COST_S = {"I-a": 2.0, "I-b": 2.0, "II": 1.0}
+TUKEY_K = 3.0
+
+
+@dataclass
+class SegmentRun:
+    """What a driver measured in one segment.
+
+    Attributes:
+        setting: the setting the segment ran under.
+        steps, losses, walls: per iteration: global step, loss, wall-clock
+            time when it finished.
+        loss_before: the smoothed loss when the segment started.
+        loss_now: the smoothed loss at its end.
+        warmup: how many of the first iterations are warm-up after a switch,
+            left out of the timing.
+    """
+
+    setting: dict[str, Any]
+    steps: np.ndarray
+    losses: np.ndarray
+    walls: np.ndarray
+    loss_before: float
+    loss_now: float
+    warmup: int = 0
+
+
+@dataclass
+class Triple:
+    setting: dict[str, Any]
+    loss_before: float
+    per_iteration_s: float | None
+    remaining_iterations: float | None
+    remaining_s: float | None
+    reason: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.remaining_s is not None
+
+
+@dataclass
+class Decision:
+    phase: str
+    current: dict[str, Any]
+    candidate: dict[str, Any]
+    switch: bool
+    reason: str
+    expected_improvement_s: float | None = None
+    cost_s: float | None = None
+    types: list[str] = field(default_factory=list)
+    overhead_s: float = 0.0
+
+
+def per_iteration_time(walls: np.ndarray, warmup: int) -> float | None:
+    """Mean wall time per iteration after the warm-up, gaps beyond Tukey's far-out fence left out.
+
+    A gap between consecutive iterations above Q3 + 3·IQR (a stall of the
+    machine, a garbage collection) is an outlier of the timing, not of the
+    setting. Needs at least 3 iterations after the warm-up.
+    """
+    walls = np.asarray(walls, dtype=float)[warmup:]
+    if walls.size < 3:
+        return None
+    gaps = np.diff(walls)
+    q1, q3 = np.percentile(gaps, [25, 75])
+    kept = gaps[gaps <= q3 + TUKEY_K * (q3 - q1)]
+    return float(kept.mean()) if kept.size else float(gaps.mean())
+
+
+class CostModel:
+    """The expected cost of a reconfiguration, learnt per set of types from measured costs.
+
+    A set of types measured before costs the mean of its measurements;
+    otherwise each type costs the mean of measurements that involved it (or
+    :data:`PRIOR_COST_S` when none did), and the set costs the largest of
+    those: the simplest mechanism pays for the slowest part once.
+    """
+
+    def __init__(self, prior: dict[str, float] | None = None):
+        self.prior = dict(PRIOR_COST_S if prior is None else prior)
+        self.measured: list[tuple[frozenset[str], float]] = []
+
+    def record(self, types: Sequence[str], cost_s: float) -> None:
+        self.measured.append((frozenset(types), float(cost_s)))
+
+    def estimate(self, types: Sequence[str]) -> float:
+        if not types:
+            return 0.0
+        key = frozenset(types)
+        exact = [c for t, c in self.measured if t == key]
+        if exact:
+            return float(np.mean(exact))
+        per_type = []
+        for kind in key:
+            seen = [c for t, c in self.measured if kind in t]
+            per_type.append(float(np.mean(seen)) if seen else self.prior.get(kind, max(self.prior.values())))
+        return max(per_type)
+
+
+class TuningManager:
+    """Decides, segment by segment, which setting the job runs next.
+
+    Args:
+        space: the knobs and domains to search.
+        start: the (resolved) starting setting.
+        target_loss: the job's target.
+        make_estimator: returns a fresh progress estimator.
+        initial_iterations: I0.
+        random_settings: N.
+        segment_iterations: I; None means 3 × the setting's workers.
+        min_segment_s: the least duration of a segment.
+        seed: seeds the random phase and the GP.
+        history: triples of earlier runs of the same job (resuming).
+    """
+
+    def __init__(self, space: KnobSpace, start: dict[str, Any], target_loss: float,
+                 make_estimator: Callable[[], BaseEstimator], *, initial_iterations: int = 50,
+                 random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
+                 seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None):
+        for name, value, low in (("initial_iterations", initial_iterations, 1),
+                                 ("random_settings", random_settings, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
+        if segment_iterations is not None and (isinstance(segment_iterations, bool)
+                                               or not isinstance(segment_iterations, int) or segment_iterations < 3):
+            raise ConfigurationError(f"segment_iterations must be an integer >= 3 or None, got {segment_iterations!r}")
+        if isinstance(min_segment_s, bool) or not isinstance(min_segment_s, (int, float)) or not min_segment_s >= 0:
+            raise ConfigurationError(f"min_segment_s must be a number >= 0, got {min_segment_s!r}")
+        self.space = space
+        self.current = dict(start)
+        self.target_loss = target_loss
+        self.make_estimator = make_estimator
+        self.initial_iterations = initial_iterations
+        self.random_settings = random_settings
+        self.segment_iterations = segment_iterations
+        self.min_segment_s = float(min_segment_s)
+        self.rng = random.Random(seed)
+        self.optimizer = GPOptimizer(space, seed) if space.free else None
+        self.costs = cost_model or CostModel()
+        self.triples: list[Triple] = list(history)
+        self.resumed = len(self.triples)
+        self.random_done = 0
+        self.segments = 0
+        self.overhead_s = 0.0
+        # Resuming with enough observations skips the random phase.
+        self.phase = "initial"
+        self._skip_random = self.resumed >= random_settings + 1
+        self.job_steps: list[float] = []
+        self.job_losses: list[float] = []
+
+    # -- segment lengths -------------------------------------------------------
+
+    def segment_length(self) -> int:
+        """Iterations the current segment should run (it also runs for at least :attr:`min_segment_s`)."""
+        if self.phase == "initial":
+            return self.initial_iterations
+        return self.segment_iterations or 3 * int(self.current["worker"])
+
+    # -- the loop ----------------------------------------------------------------
+
+    def on_segment_end(self, run: SegmentRun) -> Decision:
+        """Turns a finished segment into a triple and decides what runs next."""
+        started = time.perf_counter()
+        triple = self.triple(run)
+        self.triples.append(triple)
+        self.job_steps.extend(float(s) for s in run.steps)
+        self.job_losses.extend(float(x) for x in run.losses)
+        self.segments += 1
+        decision = self._decide(run)
+        decision.overhead_s = time.perf_counter() - started
+        self.overhead_s += decision.overhead_s
+        if decision.switch:
+            self.current = dict(decision.candidate)
+        return decision
+
+    def triple(self, run: SegmentRun) -> Triple:
+        """``(setting, loss before, R̂ = mean time per iteration × estimated iterations left)``."""
+        per_iteration_s = per_iteration_time(run.walls, run.warmup)
+        if per_iteration_s is None:
+            return Triple(run.setting, run.loss_before, None, None, None, "fewer than 3 timed iterations")
+        estimator = self.make_estimator()
+        history = (np.array(self.job_steps), np.array(self.job_losses)) if self.job_steps else None
+        estimator.fit(run.steps, run.losses, history=history)
+        remaining = estimator.remaining_iterations(run.loss_before, self.target_loss)
+        if remaining is None:
+            return Triple(run.setting, run.loss_before, per_iteration_s, None, None, estimator.reason)
+        return Triple(run.setting, run.loss_before, per_iteration_s, remaining, remaining * per_iteration_s)
+
+    def _decide(self, run: SegmentRun) -> Decision:
+        current = self.current
+        if self.phase == "initial":
+            self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
+        if self.phase == "random":
+            if self.random_done < self.random_settings:
+                self.random_done += 1
+                tried = [t.setting for t in self.triples]
+                candidate = self.space.sample(self.rng, exclude=tried + [current])
+                types = reconfiguration_types(self.space, current, candidate)
+                return Decision("random", current, candidate, candidate != current,
+                                f"initialisation: random setting {self.random_done} of {self.random_settings}",
+                                cost_s=self.costs.estimate(types), types=types)
+            self.phase = "online"
+        return self._online(run)
+
+    def usable_observations(self) -> list[Observation]:
+        return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
+
+    def _online(self, run: SegmentRun) -> Decision:
+        current = self.current
+        observations = self.usable_observations()
+        if self.optimizer is None:
+            return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
+        if len(observations) < 2:
+            return Decision("online", current, current, False,
+                            f"only {len(observations)} usable observation(s); the GP needs 2")
+        suggestion = self.optimizer.suggest(observations, run.loss_now, current)
+        candidate = suggestion.setting
+        types = reconfiguration_types(self.space, current, candidate)
+        ei = suggestion.expected_improvement_s
+        if setting_key(candidate) == setting_key(current):
+            return Decision("online", current, candidate, False, "the best setting by EI is the current one",
+                            expected_improvement_s=ei, cost_s=0.0)
+        cost = self.costs.estimate(types)
+        if not ei > cost:
+            return Decision("online", current, candidate, False,
+                            f"EI {ei:.3g} s does not exceed the estimated cost {cost:.3g} s ({'+'.join(types)})",
+                            expected_improvement_s=ei, cost_s=cost, types=types)
+        return Decision("online", current, candidate, True,
+                        f"EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s ({'+'.join(types)})",
+                        expected_improvement_s=ei, cost_s=cost, types=types)
+
+    def record_cost(self, types: Sequence[str], cost_s: float) -> None:
+        """The measured cost of a reconfiguration the driver applied."""
+        if types and math.isfinite(cost_s):
+            self.costs.record(types, cost_s)
