@@ -123,7 +123,7 @@ def test_bad_target_loss(target, shown, db_path):
         ({"mode": "bsp"}, "mode must be one of async, sync, got 'bsp'"),
         ({"max_steps": 0}, "max_steps must be an integer >= 1 or None, got 0"),
         ({"max_seconds": -5}, "max_seconds must be a number > 0 or None, got -5"),
-        ({"tune": True}, "tune=True needs the tuning manager"),
+        ({"tune": True, "space": {"worker": [9]}}, r"knob worker must be in \[1, \d+\], got 9"),
         ({"setting": {"warp": 9}}, "unknown knob 'warp'; known knobs: ps, worker"),
         ({"setting": {"ps": 2, "worker": 2}, "nodes": 3}, r"ps \+ worker must be <= 3 \(the cluster's nodes\)"),
         ({"setting": {"intra_op_parallelism_threads": 0}}, r"intra_op_parallelism_threads must be in \[1, \d+\], got 0"),

@@ -68,10 +68,30 @@ def test_sqlite_file_of_another_program(tmp_path):
 def test_older_schema_version(db_path):
     Repository(db_path).close()
     sqlite3.connect(db_path, isolation_level=None).execute("update meta set value = '0' where key = 'schema_version'")
-    with pytest.raises(RepositoryError, match="db has tfonline schema version 0, this tfonline reads version 1"):
+    with pytest.raises(RepositoryError, match="db has tfonline schema version 0, this tfonline reads version 2"):
         Repository(db_path)
 
 
 def test_missing_file_for_readers(tmp_path):
     with pytest.raises(RepositoryError, match="db must be an existing tfonline repository, got .*: no such file"):
         Repository(tmp_path / "missing.db", create=False)
+
+
+def test_a_version_1_repository_is_upgraded_in_place(db_path):
+    """Version 2 only added tables and columns: an older file keeps its rows and gains them."""
+    repo = Repository(db_path)
+    repo.insert("jobs", {"id": "old", "name": "Old", "status": "converged"})
+    repo.close()
+    con = sqlite3.connect(db_path, isolation_level=None)
+    con.execute("drop table triples")
+    con.execute("drop table phases")
+    con.execute("alter table decisions drop column overhead_s")
+    con.execute("alter table jobs drop column tuned")
+    con.execute("update meta set value = '1' where key = 'schema_version'")
+    con.close()
+    repo = Repository(db_path)
+    assert repo.schema_version == 2
+    assert repo.db["triples"].exists() and repo.db["phases"].exists()
+    assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict
+    assert [j["id"] for j in repo.jobs()] == ["old"]
+    repo.close()

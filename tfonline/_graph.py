@@ -83,6 +83,12 @@ class WorkerGraph:
     local_init_op: tf.Operation  # this worker's input iterator
     global_step: tf.Variable
     model_variables: list = field(default_factory=list)
+    # Every global variable (model, optimizer slots, global step) by name,
+    # with a placeholder and an assign op each, to carry values across a
+    # rebuild of the graphs (the simplest reconfiguration).
+    variables: dict[str, tf.Variable] = field(default_factory=dict)
+    restore_feeds: dict[str, tf.Tensor] = field(default_factory=dict)
+    restore_op: tf.Operation | None = None
 
 
 def _check_loss(loss: Any) -> None:
@@ -95,12 +101,14 @@ def _check_loss(loss: Any) -> None:
         )
 
 
-def _input(job, shard: int, num_shards: int, shared_name: str | None = None):
+def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip: int = 0):
     dataset = job.input_fn(shard, num_shards)
     if not isinstance(dataset, tf.data.Dataset):
         raise JobDefinitionError(
             f"input_fn must return a tf.data.Dataset of (features, labels), got {type(dataset).__name__}"
         )
+    if skip:
+        dataset = dataset.skip(skip)
     # A shared name keeps the iterator, and its position, on the worker's
     # server across sessions: a session reopened with a new ConfigProto
     # reads on where the old one stopped.
@@ -179,8 +187,16 @@ def build_worker_graph(
     container: str,
     sync: bool,
     seed: int | None = None,
+    consumed: int = 0,
 ) -> WorkerGraph:
-    """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief)."""
+    """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief).
+
+    ``consumed`` is how many batches the job has read so far. After a
+    reconfiguration, each worker skips its share of them (``consumed /
+    workers``, rounded up), so that with round-robin sharding (batch b to
+    worker b mod workers) the job reads on from about where it was instead
+    of seeing its first batches again.
+    """
     graph = tf.Graph()
     ps_devices = [node_device(n) for n in layout.ps_nodes]
     worker_node = layout.worker_nodes[worker_rank]
@@ -213,7 +229,8 @@ def build_worker_graph(
         with tf.device(node_device(worker_node)):
             num_shards = len(layout.worker_nodes)
             shared_name = f"{container}_input_{worker_rank}_of_{num_shards}"
-            iterator, features, labels = _input(job, worker_rank, num_shards, shared_name)
+            skip = -(-consumed // num_shards)
+            iterator, features, labels = _input(job, worker_rank, num_shards, shared_name, skip)
             loss = _model(job, features, labels, rule, placing_creator)
             optimizer = job.optimizer_fn()
             grads_and_vars = _gradients(optimizer, loss)
@@ -224,9 +241,20 @@ def build_worker_graph(
                 train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
         init_op = tf.compat.v1.global_variables_initializer()
         local_init_op = iterator.initializer
+        variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
+        restore_feeds, assigns = {}, []
+        for name, variable in variables.items():
+            with tf.device(node_device(worker_node)):
+                feed = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name=f"restore/{name}")
+            with tf.device(variable.device):
+                assigns.append(tf.compat.v1.assign(variable, feed) if not hasattr(variable, "handle")
+                               else variable.assign(feed, read_value=False))
+            restore_feeds[name] = feed
+        restore_op = tf.group(*assigns, name="restore")
     graph.finalize()
     return WorkerGraph(
-        graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables
+        graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
+        variables, restore_feeds, restore_op,
     )
 
 

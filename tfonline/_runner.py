@@ -50,6 +50,7 @@ from tfonline.setting import (
     setting_key,
     short_form,
 )
+from tfonline.tuner import Tuning
 
 logger = logging.getLogger("tfonline")
 
@@ -119,7 +120,7 @@ class _Stop(Exception):
 
 class Runner:
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
-                 estimator=None):
+                 estimator=None, tuning: Tuning | None = None):
         self.job = job
         self.requested_setting = setting
         self.db_path = os.fspath(db)
@@ -149,6 +150,18 @@ class Runner:
         self.last_estimate: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
         self._sessions: list[tf.compat.v1.Session] = []
         self.session_configs: list[tuple[int, Any]] = []
+        self.tuning = tuning
+        self.manager = None
+        self.phase = "fixed"
+        self._pause = threading.Event()
+        self._history_points: list[tuple[int, float, float]] = []
+        self._segment_loss_before = math.nan
+        self._segment_started = 0.0
+        self._warmup = 0
+        self._pending_reconfiguration: dict[str, Any] | None = None
+        self._old_containers: list[str] = []
+        self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
+        self._step_at_open = 0
 
     # -- the whole run -------------------------------------------------------
 
@@ -162,7 +175,11 @@ class Runner:
         self._job_recorded = False
         try:
             node_count = self._node_count()
-            setting = resolve_setting(self.requested_setting, node_count)
+            extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
+            setting = resolve_setting(self.requested_setting, node_count, extra_knobs=extra)
+            if self.tuning is not None:
+                self.space = self.tuning.space(node_count, self._fixed_threads())
+                setting = self.space.start(setting)
             self.setting = setting
             self.rule = _graph.PartitioningRule(partition_count_for(node_count), DEFAULT_PARTITION_MIN_BYTES)
             self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
@@ -172,9 +189,12 @@ class Runner:
                     cluster, owned = self._cluster(setting, node_count)
                     self.cluster = cluster
                     self._record_cluster(cluster)
-                    for node in range(setting["ps"] + setting["worker"]):
-                        cluster.set_node_threads(node, _threads(setting))
+                    cluster.set_threads_of({node: _threads(setting) for node in range(setting["ps"] + setting["worker"])})
                     self._open(setting)
+                    if self.tuning is not None:
+                        self.manager = self.tuning.manager(self.space, setting, self.job, self.repo, self.seed)
+                        self.phase = self.manager.phase
+                        self._record_phase(self.phase)
                     status, reason = self._train()
                 except KeyboardInterrupt:
                     status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
@@ -216,6 +236,16 @@ class Runner:
             return len(check_addresses(arg))
         raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses or a Cluster, got {arg!r}")
 
+    def _fixed_threads(self) -> NodeThreads | None:
+        """The thread pools of nodes tfonline cannot restart (a given cluster), else None."""
+        arg = self.cluster_arg
+        if arg is None or isinstance(arg, LocalCluster):
+            return None
+        if isinstance(arg, Cluster):
+            return arg.node_threads(0)
+        cores = os.cpu_count() or 1
+        return NodeThreads(cores, cores)  # what ExistingCluster assumes of nodes it is given
+
     def _cluster(self, setting, node_count) -> tuple[Cluster, LocalCluster | None]:
         arg = self.cluster_arg
         if arg is None:
@@ -233,7 +263,8 @@ class Runner:
         self.layout = layout
         self.graphs = [
             _graph.build_worker_graph(
-                self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync, self.seed
+                self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync, self.seed,
+                self._batches_read,
             )
             for rank in range(len(layout.worker_nodes))
         ]
@@ -255,7 +286,8 @@ class Runner:
     def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
         filters = [f"/job:node/task:{n}" for n in self.layout.ps_nodes + (wg.worker_node,)]
         session = tf.compat.v1.Session(
-            self.cluster.target(wg.worker_node), graph=wg.graph, config=session_config(setting, filters)
+            self.cluster.target(wg.worker_node), graph=wg.graph,
+            config=session_config(setting, filters, tuple(self.tuning.extra_knobs) if self.tuning else ())
         )
         # What TensorFlow's session was given, kept so it can be read back.
         self.session_configs.append((wg.worker_node, session._config))
@@ -267,44 +299,22 @@ class Runner:
         self._sessions = []
 
     def _reset_container(self) -> None:
-        """Drops this job's variables from nodes that outlive it."""
+        """Drops this job's variables (every container it used) from nodes that outlive it."""
+        containers = self._old_containers + [self.container]
         for index in range(self.cluster.node_count):
             target = self.cluster.target(index)
-            _bounded(lambda: tf.compat.v1.Session.reset(target, [self.container]), f"resetting node {index}")
+            _bounded(lambda: tf.compat.v1.Session.reset(target, containers), f"resetting node {index}")
 
     # -- training ------------------------------------------------------------
 
     def _train(self) -> tuple[str, str]:
-        self._record_segment_start()
-        if self.sync:
-            threads = [threading.Thread(target=self._guard, args=(self._sync_loop,), name="tfonline-sync", daemon=True)]
-        else:
-            threads = [
-                threading.Thread(target=self._guard, args=(self._async_loop, rank), name=f"tfonline-worker-{rank}",
-                                 daemon=True)
-                for rank in range(len(self.graphs))
-            ]
-        for t in threads:
-            t.start()
-        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
-        try:
-            while not self._stop_event.wait(0.2):
-                self.cluster.check_alive()
-                elapsed = time.monotonic() - self._t0
-                if self.max_seconds is not None and elapsed >= self.max_seconds:
-                    self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
-                if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
-                    self._estimate()
-                if not self.quiet and time.monotonic() >= next_progress:
-                    self._progress()
-                    next_progress += PROGRESS_INTERVAL_S
-        except NodeFailedError as e:
-            self._request_stop(_Stop("failed", str(e), e))
-        finally:
-            self._stop_event.set()
-            for t in threads:
-                t.join(JOIN_TIMEOUT_S)
-        self._record_segment_end()
+        while True:
+            self._record_segment_start()
+            paused = self._run_segment()
+            self._record_segment_end()
+            if not paused:
+                break
+            self._between_segments()
         stop = self._stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -322,6 +332,121 @@ class Runner:
         if not self.quiet:
             self._progress()
         return stop.status, stop.reason
+
+    def _run_segment(self) -> bool:
+        """Trains under the current setting until the job stops (False) or the tuner's segment ends (True)."""
+        if self.sync:
+            threads = [threading.Thread(target=self._guard, args=(self._sync_loop,), name="tfonline-sync", daemon=True)]
+        else:
+            threads = [
+                threading.Thread(target=self._guard, args=(self._async_loop, rank), name=f"tfonline-worker-{rank}",
+                                 daemon=True)
+                for rank in range(len(self.graphs))
+            ]
+        for t in threads:
+            t.start()
+        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        paused = False
+        try:
+            while not self._stop_event.wait(0.2):
+                self.cluster.check_alive()
+                elapsed = time.monotonic() - self._t0
+                if self.max_seconds is not None and elapsed >= self.max_seconds:
+                    self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
+                if self._pending_reconfiguration is not None:
+                    self._record_reconfiguration_cost()
+                if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
+                    self._estimate()
+                if not self.quiet and time.monotonic() >= next_progress:
+                    self._progress()
+                    next_progress += PROGRESS_INTERVAL_S
+                if self.manager is not None and self._segment_complete():
+                    self._pause.set()
+                    paused = True
+                    break
+        except NodeFailedError as e:
+            self._request_stop(_Stop("failed", str(e), e))
+        finally:
+            if not paused:
+                self._stop_event.set()
+            for t in threads:
+                t.join(JOIN_TIMEOUT_S)
+            self._pause.clear()
+        return paused and not self._stop_event.is_set()
+
+    def _segment_complete(self) -> bool:
+        with self._lock:
+            done = len(self._segment_points)
+        return (done >= self.manager.segment_length() + self._warmup
+                and time.monotonic() - self._segment_started >= self.manager.min_segment_s)
+
+    def _between_segments(self) -> None:
+        """Hands the finished segment to the tuner, records its decision, and applies it."""
+        import numpy as np
+
+        from tfonline.tuner.manager import SegmentRun
+
+        steps, losses, walls = (np.array(column, dtype=float) for column in zip(*self._segment_points))
+        before = self._segment_loss_before if math.isfinite(self._segment_loss_before) else float(losses[0])
+        run = SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self._warmup)
+        old_phase = self.manager.phase
+        decision = self.manager.on_segment_end(run)
+        self._record_triple(self.manager.triples[-1])
+        self._record_decision(decision)
+        if self.manager.phase != old_phase:
+            self._record_phase(self.manager.phase)
+        self._history_points.extend(self._segment_points)
+        self._warmup = 0
+        if decision.switch:
+            self._reconfigure(decision.candidate, decision.types)
+        self.phase = decision.phase
+
+    def _reconfigure(self, new: dict[str, Any], types: list[str]) -> None:
+        """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
+        for the new setting (restarting nodes whose thread pools change), and restore the values.
+
+        The new graphs live in a fresh container; the old ones are dropped when
+        the job ends (resetting a container closes every session on its node).
+        Each worker's input restarts from the beginning of its new shard
+        (issue 5's TDR keeps the data position).
+        """
+        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        old = self.setting
+        values = self._sessions[0].run(self.graphs[0].variables)
+        moved = int(sum(getattr(v, "nbytes", 0) for v in values.values()))
+        self._close_sessions()
+        # An asynchronous iteration reads one batch; a synchronous one, one per worker.
+        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
+        self._step_at_open = self.step
+        old_container, self.container = self.container, "tfonline." + uuid.uuid4().hex
+        self.setting = new
+        self._record_setting(new)
+        self.cluster.set_threads_of({node: _threads(new) for node in range(new["ps"] + new["worker"])})
+        self._open(new)
+        chief = self.graphs[0]
+        feed = {chief.restore_feeds[name]: value for name, value in values.items() if name in chief.restore_feeds}
+        self._sessions[0].run(chief.restore_op, feed)
+        # Session.reset would also close the new sessions, so the old container
+        # is dropped with the others when the job ends.
+        self._old_containers.append(old_container)
+        self._warmup = len(self.graphs)
+        self._pending_reconfiguration = {
+            "job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
+            "to_setting_id": setting_key(new), "types": "+".join(types), "technique": "restart",
+            "bytes_moved": moved, "last_wall": last_wall, "type_list": list(types),
+        }
+
+    def _record_reconfiguration_cost(self) -> None:
+        """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
+        with self._lock:
+            first = self._segment_points[0][2] if self._segment_points else None
+        if first is None:
+            return
+        pending, self._pending_reconfiguration = self._pending_reconfiguration, None
+        cost = first - pending.pop("last_wall")
+        types = pending.pop("type_list")
+        self.manager.record_cost(types, cost)
+        self.repo.insert("reconfigurations", dict(pending, cost_s=cost, wall_time=time.time()), replace=True)
 
     def _guard(self, loop, *args) -> None:
         try:
@@ -347,7 +472,7 @@ class Runner:
     def _async_loop(self, rank: int) -> None:
         session, wg = self._sessions[rank], self.graphs[rank]
         fetches = [wg.loss, wg.train_op]
-        while not self._stop_event.is_set():
+        while not (self._stop_event.is_set() or self._pause.is_set()):
             started = time.perf_counter()
             loss, _ = session.run(fetches)
             self._record_iteration(rank, time.perf_counter() - started, float(loss))
@@ -356,7 +481,7 @@ class Runner:
         fetches = [[wg.loss, wg.train_op] for wg in self.graphs]
         chief, apply_op = self._sessions[0], self.graphs[0].apply_op
         with ThreadPoolExecutor(len(self.graphs), thread_name_prefix="tfonline-sync-worker") as pool:
-            while not self._stop_event.is_set():
+            while not (self._stop_event.is_set() or self._pause.is_set()):
                 started = time.perf_counter()
                 futures = [pool.submit(s.run, f) for s, f in zip(self._sessions, fetches)]
                 losses = [float(f.result()[0]) for f in futures]
@@ -402,6 +527,7 @@ class Runner:
         self._next_estimate_at = time.monotonic() + ESTIMATE_INTERVAL_S
         with self._lock:
             points = list(self._segment_points)
+            history = list(self._history_points)
             current = self.smoothed.value
             ready = self.smoothed.ready
         if not ready or len(points) < 2:
@@ -410,7 +536,8 @@ class Runner:
             return
         self._last_estimate_step = points[-1][0]
         steps, losses, walls = zip(*points)
-        self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0])
+        earlier = tuple(zip(*history))[:2] if history else None
+        self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
         remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
         per_iteration_s = (walls[-1] - walls[0]) / (steps[-1] - steps[0])
         remaining_s = None if remaining is None else remaining * per_iteration_s
@@ -447,26 +574,61 @@ class Runner:
             script = inspect.getfile(type(self.job))
         except (TypeError, OSError):
             script = sys.argv[0]
-        space = {name: {k: v for k, v in asdict(knob).items() if v is not None}
-                 for name, knob in knob_table(node_count).items()}
-        self.repo.insert("settings", {"id": self.setting_id, "knobs": json.dumps(setting, sort_keys=True),
-                                      "short": short_form(setting)}, replace=True)
+        if self.tuning is not None:
+            space = self.space.describe()
+        else:
+            space = {name: {k: v for k, v in asdict(knob).items() if v is not None and k != "apply"}
+                     for name, knob in knob_table(node_count).items()}
+        self._record_setting(setting)
         self.repo.insert("jobs", {
             "id": self.job_id, "name": self.job.name, "script": os.path.abspath(script), "mode": self.mode,
             "status": "running", "target_loss": float(self.job.target_loss), "max_steps": self.max_steps,
             "max_seconds": self.max_seconds, "started_at": self.started_at, "node_count": node_count,
             "knob_space": json.dumps(space), "host": platform.node(), "tf_version": tf.__version__,
-            "python": platform.python_version(), "seed": self.seed,
+            "python": platform.python_version(), "seed": self.seed, "tuned": int(self.tuning is not None),
         })
         self.repo.flush()
         self._job_recorded = True
+
+    def _record_setting(self, setting) -> None:
+        self.repo.insert("settings", {"id": setting_key(setting), "knobs": json.dumps(setting, sort_keys=True),
+                                      "short": short_form(setting)}, replace=True)
+
+    def _record_phase(self, phase: str) -> None:
+        self.repo.insert("phases", {"job_id": self.job_id, "phase": phase, "start_step": self.step + 1,
+                                    "wall_time": time.time()}, replace=True)
+
+    def _record_triple(self, triple) -> None:
+        self.repo.insert("triples", {
+            "job_id": self.job_id, "segment": self.segment, "setting_id": setting_key(triple.setting),
+            "loss_before": triple.loss_before, "per_iteration_s": triple.per_iteration_s,
+            "remaining_iterations": triple.remaining_iterations, "remaining_s": triple.remaining_s,
+            "estimator": self.estimator.name, "reason": triple.reason,
+        }, replace=True)
+
+    def _record_decision(self, decision) -> None:
+        self._record_setting(decision.candidate)
+        self.repo.insert("decisions", {
+            "job_id": self.job_id, "step": self.step, "phase": decision.phase,
+            "current_setting_id": setting_key(decision.current),
+            "candidate_setting_id": setting_key(decision.candidate), "loss": self.smoothed.value,
+            "expected_improvement_s": decision.expected_improvement_s,
+            "reconfiguration_cost_s": decision.cost_s, "applied": int(decision.switch), "reason": decision.reason,
+            "types": "+".join(decision.types), "overhead_s": decision.overhead_s, "wall_time": time.time(),
+        }, replace=True)
 
     def _record_cluster(self, cluster: Cluster) -> None:
         self.repo.update("jobs", self.job_id, {"cluster": json.dumps(cluster.addresses)})
 
     def _record_segment_start(self) -> None:
+        with self._lock:
+            if self._segment_points or self._history_points:
+                self.segment += 1
+            self._segment_points = []
+            self._segment_loss_before = self.smoothed.value if self.smoothed.count else math.nan
+            self._segment_started = time.monotonic()
         self.repo.insert("segments", {
-            "job_id": self.job_id, "segment": self.segment, "setting_id": self.setting_id, "phase": "fixed",
+            "job_id": self.job_id, "segment": self.segment, "setting_id": self.setting_id, "phase": self.phase,
             "start_step": self.step + 1, "started_at": time.time(),
         })
 
@@ -487,6 +649,7 @@ class Runner:
             "completion_time_s": finished - self.started_at, "iterations": self.step,
             "final_loss": self.smoothed.value if self.smoothed.count else None,
             "first_iteration_at": self.first_iteration_at,
+            "tuning_overhead_s": self.manager.overhead_s if self.manager is not None else None,
         }
         with contextlib.suppress(Exception):
             self.repo.update("jobs", self.job_id, values)

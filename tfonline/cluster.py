@@ -95,6 +95,11 @@ class Cluster:
         """Gives node ``index`` these server thread pools (a restart where needed)."""
         raise NotImplementedError
 
+    def set_threads_of(self, changes: dict[int, NodeThreads]) -> None:
+        """Gives several nodes new thread pools; a cluster that can restart nodes does so in parallel."""
+        for index, threads in changes.items():
+            self.set_node_threads(index, threads)
+
     def check_alive(self) -> None:
         """Raises :class:`NodeFailedError` naming the first node found dead."""
         raise NotImplementedError
@@ -309,6 +314,30 @@ class LocalCluster(Cluster):
                 return
             self._threads[index] = threads
             self.restart_node(index)
+
+    def set_threads_of(self, changes: dict[int, NodeThreads]) -> None:
+        """Restarts every node whose pools change at once: the warm spare takes
+        one, and fresh processes, started together, import TensorFlow side by
+        side for the others (one after another, each would wait for a spare)."""
+        with self._lock:
+            todo = [i for i, threads in changes.items() if self._threads[i] != threads]
+            if len(todo) <= 1:
+                for i in todo:
+                    self.set_node_threads(i, changes[i])
+                return
+            for i in todo:
+                self._threads[i] = changes[i]
+                if self._procs[i] is not None:
+                    self._end(self._procs[i])
+                self._procs[i] = None
+            spare, self._spare = self._spare, None
+            fresh = [spare] if spare is not None and spare.popen.poll() is None else []
+            fresh += [self._spawn() for _ in range(len(todo) - len(fresh))]
+            deadline = time.monotonic() + self._start_timeout_s
+            for i, proc in zip(todo, fresh):
+                self._serve(proc, i, deadline)
+            if self._warm_spare:
+                self._spare = self._spawn()
 
     def restart_node(self, index: int) -> float:
         """Replaces node ``index`` by a process serving its current thread pools.

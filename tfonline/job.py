@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from tfonline.exceptions import ConfigurationError, JobDefinitionError
 
@@ -87,6 +87,9 @@ class MLJobFramework:
         quiet: bool = False,
         estimator: str = "hogwild",
         estimator_options: dict[str, Any] | None = None,
+        space: dict[str, Any] | None = None,
+        extra_knobs: Sequence[Any] = (),
+        tuning: dict[str, Any] | None = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -106,6 +109,16 @@ class MLJobFramework:
             estimator: the registered name of the progress estimator
                 (see :func:`tfonline.estimator.available_estimators`).
             estimator_options: keyword arguments for that estimator.
+            space: with ``tune``, knob name to a value (pinned) or a list of
+                values (the only ones tried).
+            extra_knobs: with ``tune``, :class:`tfonline.setting.Knob`
+                objects to tune as well (type II, with an ``apply``).
+            tuning: with ``tune``, the loop's options: ``initial_iterations``
+                (I0, default 50), ``random_settings`` (N, default 10),
+                ``segment_iterations`` (I, default 3 × workers),
+                ``min_segment_s`` (default 2.0) and ``resume`` (default
+                True: start from the triples earlier runs of this job left
+                in ``db``).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -128,8 +141,23 @@ class MLJobFramework:
         from tfonline.estimator import get_estimator
 
         progress = get_estimator(estimator, **(estimator_options or {}))
+        plan = None
+        if tune:
+            from tfonline.tuner import Tuning
+
+            if tuning is not None and not isinstance(tuning, dict):
+                raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
+            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s", "resume"}
+            unknown = sorted(set(tuning or {}) - known)
+            if unknown:
+                raise ConfigurationError(f"unknown tuning option {unknown[0]!r}; known options: {', '.join(sorted(known))}")
+            plan = Tuning(restrict=space, extra_knobs=tuple(extra_knobs), **(tuning or {}),
+                          estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
+        elif space is not None or extra_knobs or tuning is not None:
+            raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
-                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress).run()
+                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress,
+                      tuning=plan).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():
@@ -145,11 +173,6 @@ class MLJobFramework:
             raise ConfigurationError(f"smoothing_window must be an integer >= 1, got {window!r}")
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-        if tune:
-            raise ConfigurationError(
-                "tune=True needs the tuning manager, which this version of tfonline does not have yet; "
-                "got tune=True (run with tune=False and a fixed setting)"
-            )
 
 
 def _check_limits(max_steps: Any, max_seconds: Any) -> None:

@@ -79,10 +79,46 @@ def job_text(repo: Repository, job: dict[str, Any]) -> str:
             f"{_fmt(seg['start_loss']):>10} {_fmt(seg['end_loss']):>9}"
             f"  {seg['short'] or seg['setting_id']}"
         )
+    lines.extend(_tuning_lines(repo, job))
     if job["cluster"]:
         lines.append(f"  cluster:         {len(json.loads(job['cluster']))} nodes")
     lines.append(f"  host:            {job['host']}, TensorFlow {job['tf_version']}, Python {job['python']}")
     return "\n".join(lines)
+
+
+def _tuning_lines(repo: Repository, job: dict[str, Any]) -> list[str]:
+    """Every decision of a tuned job, and every reconfiguration with its measured cost."""
+    if not job.get("tuned"):
+        return []
+    lines = []
+    phases = list(repo.rows("select phase, start_step from phases where job_id = ? order by start_step", (job["id"],)))
+    if phases:
+        lines.append("  phases:          " + ", ".join(f"{p['phase']} from step {p['start_step']}" for p in phases))
+    if job["tuning_overhead_s"] is not None and job["completion_time_s"]:
+        lines.append(f"  tuning overhead: {job['tuning_overhead_s']:.1f} s "
+                     f"({100 * job['tuning_overhead_s'] / job['completion_time_s']:.1f}% of the job; GP fits and EI)")
+    decisions = list(repo.rows(
+        """
+        select d.step, d.phase, d.applied, d.reason, d.loss, s.short as candidate
+        from decisions d left join settings s on s.id = d.candidate_setting_id
+        where d.job_id = ? order by d.step
+        """, (job["id"],)))
+    if decisions:
+        lines.append("  decisions:       (step, loss: what was chosen and why)")
+    for d in decisions:
+        verdict = "switch to" if d["applied"] else "stay; best other"
+        lines.append(f"    {d['step']:>7} {_fmt(d['loss'], '.4f'):>7}  {d['phase']:<7} {verdict} "
+                     f"{d['candidate'] or '-'}: {d['reason']}")
+    moves = list(repo.rows("select step, types, technique, cost_s, bytes_moved from reconfigurations "
+                           "where job_id = ? order by step", (job["id"],)))
+    if moves:
+        total = sum(m["cost_s"] or 0 for m in moves)
+        lines.append(f"  reconfigurations: {len(moves)}, {total:.1f} s in all "
+                     "(wall time from the last iteration before to the first after)")
+        for m in moves:
+            lines.append(f"    step {m['step']:>7}  {m['types']:<12} {m['technique']:<8} {_fmt(m['cost_s'], '.2f')} s  "
+                         f"{(m['bytes_moved'] or 0) / 1e6:.1f} MB")
+    return lines
 
 
 def report_text(repo: Repository, job_name: str | None = None) -> str:

@@ -30,7 +30,8 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 
 _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "meta": ({"key": str, "value": str}, "key"),
@@ -59,6 +60,8 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "tf_version": str,
             "python": str,
             "seed": int,
+            "tuned": int,
+            "tuning_overhead_s": float,
         },
         "id",
     ),
@@ -97,11 +100,15 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "job_id": str,
             "step": int,
             "phase": str,
+            "current_setting_id": str,
             "candidate_setting_id": str,
+            "loss": float,
             "expected_improvement_s": float,
             "reconfiguration_cost_s": float,
+            "types": str,
             "applied": int,
             "reason": str,
+            "overhead_s": float,
             "wall_time": float,
         },
         ("job_id", "step"),
@@ -120,6 +127,21 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
         },
         ("job_id", "step"),
     ),
+    "triples": (
+        {
+            "job_id": str,
+            "segment": int,
+            "setting_id": str,
+            "loss_before": float,
+            "per_iteration_s": float,
+            "remaining_iterations": float,
+            "remaining_s": float,
+            "estimator": str,
+            "reason": str,
+        },
+        ("job_id", "segment"),
+    ),
+    "phases": ({"job_id": str, "phase": str, "start_step": int, "wall_time": float}, ("job_id", "phase")),
     "estimates": (
         {
             "job_id": str,
@@ -189,19 +211,29 @@ class Repository:
     def _create_schema(self) -> None:
         self.db.execute("PRAGMA journal_mode=WAL")
         with self.db.conn:
+            version = self._stored_version() if self.db["meta"].exists() else None
+            if version is not None and not MIGRATES_FROM <= version <= SCHEMA_VERSION:
+                return  # not ours to change; _check_schema says why
             for name, (columns, pk) in _TABLES.items():
                 if not self.db[name].exists():
                     self.db[name].create(columns, pk=pk)
-            if not self.db["meta"].count_where("key = 'schema_version'"):
-                self.db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+                else:  # an older repository: add what later versions added
+                    have = set(self.db[name].columns_dict)
+                    for column, kind in columns.items():
+                        if column not in have:
+                            self.db[name].add_column(column, kind)
+            self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
         if "idx_iterations_segment" not in {i.name for i in self.db["iterations"].indexes}:
             self.db["iterations"].create_index(["job_id", "segment"], index_name="idx_iterations_segment")
+
+    def _stored_version(self) -> int:
+        row = self.db.execute("select value from meta where key = 'schema_version'").fetchone()
+        return int(row[0]) if row else 0
 
     def _check_schema(self) -> int:
         if not self.db["meta"].exists():
             raise RepositoryError(f"db must be a tfonline repository, got {self.path!r}: it has no tfonline schema")
-        row = self.db.execute("select value from meta where key = 'schema_version'").fetchone()
-        version = int(row[0]) if row else 0
+        version = self._stored_version()
         if version != SCHEMA_VERSION:
             raise RepositoryError(
                 f"db has tfonline schema version {version}, this tfonline reads version {SCHEMA_VERSION}: "

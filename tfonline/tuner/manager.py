@@ -143,6 +143,18 @@ class CostModel:
         return max(per_type)
 
 
+def check_options(initial_iterations, random_settings, segment_iterations, min_segment_s) -> None:
+    """Fails early (before any cluster starts) on bad tuning options."""
+    for name, value, low in (("initial_iterations", initial_iterations, 1), ("random_settings", random_settings, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
+    if segment_iterations is not None and (isinstance(segment_iterations, bool)
+                                           or not isinstance(segment_iterations, int) or segment_iterations < 3):
+        raise ConfigurationError(f"segment_iterations must be an integer >= 3 or None, got {segment_iterations!r}")
+    if isinstance(min_segment_s, bool) or not isinstance(min_segment_s, (int, float)) or not min_segment_s >= 0:
+        raise ConfigurationError(f"min_segment_s must be a number >= 0, got {min_segment_s!r}")
+
+
 class TuningManager:
     """Decides, segment by segment, which setting the job runs next.
 
@@ -163,15 +175,7 @@ class TuningManager:
                  make_estimator: Callable[[], BaseEstimator], *, initial_iterations: int = 50,
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None):
-        for name, value, low in (("initial_iterations", initial_iterations, 1),
-                                 ("random_settings", random_settings, 0)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigurationError(f"{name} must be an integer >= {low}, got {value!r}")
-        if segment_iterations is not None and (isinstance(segment_iterations, bool)
-                                               or not isinstance(segment_iterations, int) or segment_iterations < 3):
-            raise ConfigurationError(f"segment_iterations must be an integer >= 3 or None, got {segment_iterations!r}")
-        if isinstance(min_segment_s, bool) or not isinstance(min_segment_s, (int, float)) or not min_segment_s >= 0:
-            raise ConfigurationError(f"min_segment_s must be a number >= 0, got {min_segment_s!r}")
+        check_options(initial_iterations, random_settings, segment_iterations, min_segment_s)
         self.space = space
         self.current = dict(start)
         self.target_loss = target_loss

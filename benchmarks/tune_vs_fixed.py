@@ -1,0 +1,67 @@
+"""A tuned job against the same job kept at its (poor) starting setting, side by side on one cluster.
+
+    python benchmarks/tune_vs_fixed.py [--db bench-runs/tune.db] [--pairs 1] [--random-settings 4]
+
+The job is the LogR example with a smaller learning rate (a longer run, so a
+switch can pay for itself). The starting setting is deliberately poor: three
+parameter servers, one worker, one thread per pool. Each pair runs the fixed
+job, then the tuned one (from the same setting), on one embedded cluster;
+the script prints each completion time, the ratio fixed/tuned (> 1: tuning
+won), and the tuned runs' tuning overhead (GP fitting and EI maximisation)
+as a fraction of their completion time. ``tfonline report DB`` shows every
+decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "examples"))
+
+import tensorflow as tf  # noqa: E402
+from logr import LogR  # noqa: E402
+
+from tfonline.cluster import LocalCluster  # noqa: E402
+from tfonline.repository import Repository  # noqa: E402
+
+POOR = {"ps": 3, "worker": 1, "intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1}
+
+
+class LongLogR(LogR):
+    target_loss = 0.60
+    max_seconds = 900
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.AdagradOptimizer(0.1)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", default="bench-runs/tune.db")
+    parser.add_argument("--pairs", type=int, default=1)
+    parser.add_argument("--random-settings", type=int, default=4)
+    args = parser.parse_args(argv)
+    os.makedirs(os.path.dirname(os.path.abspath(args.db)), exist_ok=True)
+    ratios = []
+    with LocalCluster() as cluster:
+        for pair in range(args.pairs):
+            fixed = LongLogR().run(setting=POOR, db=args.db, cluster=cluster, quiet=True)
+            tuned = LongLogR().run(setting=POOR, tune=True, db=args.db, cluster=cluster, quiet=True,
+                                   tuning={"random_settings": args.random_settings, "resume": False})
+            repo = Repository(args.db, create=False)
+            (overhead,) = [j["tuning_overhead_s"] for j in repo.jobs() if j["id"] == tuned.job_id]
+            repo.close()
+            ratio = fixed.completion_time_s / tuned.completion_time_s
+            ratios.append(ratio)
+            print(f"pair {pair}: fixed {fixed.status} {fixed.completion_time_s:.1f} s ({fixed.iterations} it); "
+                  f"tuned {tuned.status} {tuned.completion_time_s:.1f} s ({tuned.iterations} it); "
+                  f"fixed/tuned {ratio:.2f}; tuning overhead {overhead:.1f} s = "
+                  f"{100 * overhead / tuned.completion_time_s:.1f}% of the tuned run", flush=True)
+    print(f"fixed/tuned over {len(ratios)} pair(s): " + ", ".join(f"{r:.2f}" for r in ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The tuning loop against a simulated backend with a known response surface, and the GPyOpt wrapper."""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import simulated as sim
+
+from tfonline.estimator import get_estimator
+from tfonline.repository import Repository
+from tfonline.tuner import Triple, load_triples
+from tfonline.tuner._gpyopt import GPOptimizer, Observation
+from tfonline.tuner.manager import CostModel, TuningManager, per_iteration_time
+
+DECISIONS = 40
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
+    """Five free knobs (ps, worker, two thread pools, XLA); the start is about 7x slower than the optimum."""
+    space = sim.space()
+    manager = sim.make_manager(space, seed)
+    manager.target_loss = 0.305  # a long job: switching pays
+    job = sim.SimulatedJob(seed)
+    start = sim.time_per_progress(manager.current) / sim.optimum(space)
+    decisions = sim.drive(manager, job, DECISIONS)
+    ratio = sim.time_per_progress(manager.current) / sim.optimum(space)
+    print(f"seed {seed}: start {start:.2f}x the optimum, after {DECISIONS} decisions {ratio:.2f}x")
+    assert start > 5 and ratio <= 1.10
+    assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
+    assert all(d.switch for d in decisions[:10])
+    assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
+
+
+def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():
+    space = sim.space()
+    manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6}))
+    job = sim.SimulatedJob(0)
+    job.switch_cost_s = 1e6
+    decisions = sim.drive(manager, job, 16)
+    online = [d for d in decisions if d.phase == "online"]
+    assert online and not any(d.switch for d in online)
+    blocked = [d for d in online if d.cost_s and d.cost_s > 0]
+    assert blocked and all(d.expected_improvement_s < d.cost_s for d in blocked)
+    assert all("does not exceed the estimated cost" in d.reason for d in blocked)
+
+
+def test_a_manager_resumes_from_the_repository(tmp_path):
+    """Triples written by one run seed the next: no random phase, and the same suggestion as the first manager."""
+    space = sim.space()
+    first = sim.make_manager(space, 3)
+    sim.drive(first, sim.SimulatedJob(3), 14)
+    repo = Repository(tmp_path / "r.db")
+    repo.insert("jobs", {"id": "j1", "name": "Sim", "started_at": 1.0, "status": "converged"})
+    import json
+
+    from tfonline.setting import setting_key
+
+    for i, t in enumerate(first.triples):
+        repo.insert("settings", {"id": setting_key(t.setting), "knobs": json.dumps(t.setting), "short": ""},
+                    replace=True)
+        repo.insert("triples", {"job_id": "j1", "segment": i, "setting_id": setting_key(t.setting),
+                                "loss_before": t.loss_before, "per_iteration_s": t.per_iteration_s,
+                                "remaining_iterations": t.remaining_iterations, "remaining_s": t.remaining_s})
+    repo.flush()
+    history = load_triples(repo, "Sim", space)
+    assert len(history) == sum(t.usable for t in first.triples) and all(isinstance(t, Triple) for t in history)
+    assert [t.setting for t in history] == [t.setting for t in first.triples if t.usable]
+    resumed = sim.make_manager(space, 3, history=history)
+    decisions = sim.drive(resumed, sim.SimulatedJob(4), 3)
+    assert [d.phase for d in decisions] == ["online"] * 3  # straight to the online phase
+    assert load_triples(repo, "Other", space) == []
+    repo.close()
+
+
+def test_the_gp_is_seeded_and_contains_gpyopts_side_effects():
+    space = sim.space()
+    rng = random.Random(0)
+    observations = []
+    for i in range(8):
+        s = space.sample(rng)
+        observations.append(Observation(s, 0.6 - 0.01 * i, 10 * sim.time_per_progress(s) / 0.01))
+    filters = list(warnings.filters)
+    state = np.random.get_state()[1].copy()
+    first = GPOptimizer(space, seed=5).suggest(observations, 0.5, observations[0].setting)
+    second = GPOptimizer(space, seed=5).suggest(observations, 0.5, observations[0].setting)
+    assert first == second and space.contains(first.setting)
+    assert first.expected_improvement_s >= 0 and first.current_s > 0
+    assert warnings.filters == filters  # GPyOpt's import-time "ignore everything" did not leak
+    assert np.array_equal(np.random.get_state()[1], state)  # nor did its use of NumPy's global generator
+
+
+def test_per_iteration_time_drops_warmup_and_stalls():
+    walls = np.concatenate([[0.0, 5.0], 5.0 + 0.01 * np.arange(1, 41)])
+    walls[20:] += 2.0  # one stall of the machine
+    assert per_iteration_time(walls, warmup=1) == pytest.approx(0.01)
+    assert per_iteration_time(walls[:3], warmup=1) is None
+
+
+def test_cost_model_learns_per_type():
+    costs = CostModel({"I-a": 2.0, "I-b": 3.0, "II": 1.0})
+    assert costs.estimate([]) == 0.0 and costs.estimate(["I-a", "II"]) == 2.0
+    costs.record(["II"], 0.2)
+    costs.record(["II"], 0.4)
+    assert costs.estimate(["II"]) == pytest.approx(0.3)
+    costs.record(["I-a", "II"], 5.0)
+    assert costs.estimate(["I-a", "II"]) == pytest.approx(5.0) and costs.estimate(["I-a"]) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(initial_iterations=0), "initial_iterations must be an integer >= 1, got 0"),
+    (dict(random_settings=-1), "random_settings must be an integer >= 0, got -1"),
+    (dict(segment_iterations=2), "segment_iterations must be an integer >= 3 or None, got 2"),
+    (dict(min_segment_s="1"), "min_segment_s must be a number >= 0, got '1'"),
+])
+def test_invalid_loop_options(kwargs, message):
+    space = sim.space()
+    with pytest.raises(Exception, match=message):
+        TuningManager(space, space.start({}), 0.3, lambda: get_estimator("hogwild"), **kwargs)

@@ -1,0 +1,122 @@
+"""The tuning space: domains from the cluster, pins, narrowed domains, added knobs, encoding, bad input."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tfonline.exceptions import ConfigurationError
+from tfonline.setting import Knob, resolve_setting
+from tfonline.tuner.space import KnobSpace, knob_values, reconfiguration_types
+
+
+def test_domains_come_from_the_cluster():
+    space = KnobSpace(5, 4)
+    assert space.values["ps"] == [1, 2, 3, 4] and space.values["worker"] == [1, 2, 3, 4]
+    assert space.values["intra_op_parallelism_threads"] == [1, 2, 3, 4]
+    assert space.values["global_jit_level"] == ["OFF", "ON_1", "ON_2"]
+    folded = space.values["max_folded_constant_in_bytes"]
+    assert folded[0] == 1024 and folded[-1] == 100 * 1024 * 1024 and 10 * 1024 * 1024 in folded  # the default
+    assert {space.knobs[n].reconfiguration for n in ("ps", "worker", "global_jit_level")} == {"I-b", "I-a", "II"}
+
+
+def test_pin_and_narrow():
+    space = KnobSpace(5, 4, {"global_jit_level": "OFF", "worker": [1, 3]})
+    assert space.pinned == {"global_jit_level": "OFF"}
+    assert "global_jit_level" not in space.free and space.values["worker"] == [1, 3]
+    rng = random.Random(0)
+    for _ in range(50):
+        s = space.sample(rng)
+        assert s["global_jit_level"] == "OFF" and s["worker"] in (1, 3) and s["ps"] + s["worker"] <= 5
+        assert space.contains(s)
+
+
+def test_samples_respect_the_node_count():
+    space = KnobSpace(3, 2)
+    rng = random.Random(1)
+    samples = [space.sample(rng) for _ in range(100)]
+    assert all(s["ps"] + s["worker"] <= 3 for s in samples)
+    assert {(s["ps"], s["worker"]) for s in samples} == {(1, 1), (1, 2), (2, 1)}
+
+
+def test_encoding_round_trips():
+    space = KnobSpace(5, 4)
+    rng = random.Random(2)
+    for _ in range(20):
+        s = space.sample(rng)
+        assert space.decode(space.encode(s)) == s
+    assert space.encode_value("max_folded_constant_in_bytes", 10_000) == pytest.approx(4.0)  # log10
+
+
+def test_an_added_knob_is_tuned_and_applied():
+    calls = []
+    knob = Knob("rewrite_arithmetic", "nominal", "II", "session ConfigProto", choices=("DEFAULT", "ON", "OFF"),
+                apply=lambda config, value: calls.append(value))
+    space = KnobSpace(4, 2, extra_knobs=[knob])
+    assert "rewrite_arithmetic" in space.free and space.defaults["rewrite_arithmetic"] == "DEFAULT"
+    domain = {d["name"]: d for d in space.gpyopt_domain()}
+    assert domain["rewrite_arithmetic"]["type"] == "categorical"
+    setting = resolve_setting({"rewrite_arithmetic": "ON"}, 4, 2, extra_knobs=(knob,))
+    from tfonline.setting import session_config
+
+    session_config(setting, extra_knobs=(knob,))
+    assert calls == ["ON"]
+
+
+def test_reconfiguration_types():
+    space = KnobSpace(4, 2)
+    base = space.start(resolve_setting({}, 4, 2))
+    assert reconfiguration_types(space, base, dict(base, worker=1)) == ["I-a"]
+    assert reconfiguration_types(space, base, dict(base, ps=2, worker=2, infer_shapes=True)) == ["I-a", "I-b", "II"]
+    assert reconfiguration_types(space, base, base) == []
+
+
+def test_log_grid():
+    knob = Knob("x", "log-int", "II", "session", 10, 5000)
+    assert knob_values(knob) == [10, 100, 1000, 5000]
+
+
+@pytest.mark.parametrize("restrict, message", [
+    ({"threads": 2}, "space names an unknown knob 'threads'; known knobs: ps, worker, "),
+    ({"worker": []}, "space gives knob worker an empty list of values"),
+    ({"worker": 7}, r"knob worker must be in \[1, 3\], got 7"),
+    ({"global_jit_level": ["OFF", "MAX"]}, "knob global_jit_level must be one of OFF, ON_1, ON_2, got 'MAX'"),
+    ({"ps": 3, "worker": [2, 3]}, r"space leaves no value of ps with ps \+ worker <= 4"),
+    ("worker=2", "space must be a dict of knob name to a value or a list of values, got str"),
+])
+def test_invalid_spaces(restrict, message):
+    with pytest.raises(ConfigurationError, match=message):
+        KnobSpace(4, 2, restrict)
+
+
+@pytest.mark.parametrize("knob, message", [
+    (Knob("ps", "int", "II", "x", 1, 2, apply=print), "extra knob 'ps' already exists; pin or narrow it with space"),
+    (Knob("y", "int", "I-a", "x", 1, 2, apply=print), "extra knob 'y' must be of reconfiguration type II with an "
+                                                      "apply"),
+    (Knob("y", "int", "II", "x", 1, 2), "extra knob 'y' must be of reconfiguration type II with an apply"),
+    ("y", "extra_knobs must hold tfonline.setting.Knob objects, got 'y'"),
+])
+def test_invalid_added_knobs(knob, message):
+    with pytest.raises(ConfigurationError, match=message):
+        KnobSpace(4, 2, extra_knobs=[knob])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(name="z", kind="float", reconfiguration="II", applied_by="x"), "knob z must have a kind in int, log-int"),
+    (dict(name="z", kind="int", reconfiguration="III", applied_by="x", low=1, high=2),
+     "knob z must have a reconfiguration type in I-a, I-b, II, got 'III'"),
+    (dict(name="z", kind="nominal", reconfiguration="II", applied_by="x"),
+     r"knob z \(nominal\) needs a non-empty tuple of choices, got None"),
+    (dict(name="z", kind="int", reconfiguration="II", applied_by="x", low=3, high=1),
+     r"knob z \(int\) needs integers low <= high, got low=3, high=1"),
+])
+def test_invalid_knob_definitions(kwargs, message):
+    with pytest.raises(ConfigurationError, match=message):
+        Knob(**kwargs)
+
+
+def test_a_start_outside_the_space():
+    space = KnobSpace(4, 2, {"worker": [1, 2]})
+    with pytest.raises(ConfigurationError, match=r"the starting setting's worker=3 is outside the tuning space \[1, 2\]"):
+        space.start(resolve_setting({"worker": 3}, 4, 2))
