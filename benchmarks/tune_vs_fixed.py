@@ -1,6 +1,7 @@
 """A tuned job against the same job kept at its (poor) starting setting, side by side on one cluster.
 
     python benchmarks/tune_vs_fixed.py [--db bench-runs/tune.db] [--pairs 1] [--random-settings 4]
+                                       [--pin global_jit_level=OFF ...]
 
 The job is the LogR example with a smaller learning rate (a longer run, so a
 switch can pay for itself). The starting setting is deliberately poor: three
@@ -42,13 +43,20 @@ def main(argv=None) -> int:
     parser.add_argument("--db", default="bench-runs/tune.db")
     parser.add_argument("--pairs", type=int, default=1)
     parser.add_argument("--random-settings", type=int, default=4)
+    parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
+                        help="pin a knob of the tuning space (e.g. global_jit_level=OFF); repeatable")
     args = parser.parse_args(argv)
     os.makedirs(os.path.dirname(os.path.abspath(args.db)), exist_ok=True)
+    space = {}
+    for pin in args.pin:
+        name, _, value = pin.partition("=")
+        space[name] = int(value) if value.isdigit() else {"True": True, "False": False}.get(value, value)
     ratios = []
     with LocalCluster() as cluster:
         for pair in range(args.pairs):
             fixed = LongLogR().run(setting=POOR, db=args.db, cluster=cluster, quiet=True)
             tuned = LongLogR().run(setting=POOR, tune=True, db=args.db, cluster=cluster, quiet=True,
+                                   space=space or None,
                                    tuning={"random_settings": args.random_settings, "resume": False})
             repo = Repository(args.db, create=False)
             (overhead,) = [j["tuning_overhead_s"] for j in repo.jobs() if j["id"] == tuned.job_id]

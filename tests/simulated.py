@@ -101,7 +101,8 @@ def drive(manager: TuningManager, job: SimulatedJob, decisions: int) -> list:
 
 
 def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:
-    start = sp.start({"ps": 2, "worker": 1, "intra_op_parallelism_threads": min(sp.values["intra_op_parallelism_threads"]),
+    start = sp.start({"ps": 2, "worker": 1,
+                      "intra_op_parallelism_threads": min(sp.values["intra_op_parallelism_threads"]),
                       "inter_op_parallelism_threads": min(sp.values["inter_op_parallelism_threads"]),
                       "global_jit_level": "ON_2"})
     options.setdefault("initial_iterations", 40)

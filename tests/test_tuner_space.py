@@ -118,5 +118,6 @@ def test_invalid_knob_definitions(kwargs, message):
 
 def test_a_start_outside_the_space():
     space = KnobSpace(4, 2, {"worker": [1, 2]})
-    with pytest.raises(ConfigurationError, match=r"the starting setting's worker=3 is outside the tuning space \[1, 2\]"):
+    with pytest.raises(ConfigurationError,
+                       match=r"the starting setting's worker=3 is outside the tuning space \[1, 2\]"):
         space.start(resolve_setting({"worker": 3}, 4, 2))

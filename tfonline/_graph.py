@@ -89,6 +89,9 @@ class WorkerGraph:
     variables: dict[str, tf.Variable] = field(default_factory=dict)
     restore_feeds: dict[str, tf.Tensor] = field(default_factory=dict)
     restore_op: tf.Operation | None = None
+    # Reads one number of every variable on its own device: a cheap round
+    # trip from this worker to every ps node, safe to repeat.
+    probe_op: tf.Operation | None = None
 
 
 def _check_loss(loss: Any) -> None:
@@ -251,10 +254,16 @@ def build_worker_graph(
                                else variable.assign(feed, read_value=False))
             restore_feeds[name] = feed
         restore_op = tf.group(*assigns, name="restore")
+        probes = []
+        for variable in variables.values():
+            with tf.device(variable.device):
+                probes.append(tf.reshape(variable.read_value(), [-1])[:1])
+        with tf.device(node_device(worker_node)):
+            probe_op = tf.group(*[tf.identity(p) for p in probes], name="probe")
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
-        variables, restore_feeds, restore_op,
+        variables, restore_feeds, restore_op, probe_op,
     )
 
 

@@ -58,6 +58,7 @@ PROGRESS_INTERVAL_S = 5.0
 JOIN_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 5.0
 ESTIMATE_INTERVAL_S = 1.0
+UNAVAILABLE_GRACE_S = 15.0
 
 
 @contextlib.contextmanager
@@ -189,7 +190,8 @@ class Runner:
                     cluster, owned = self._cluster(setting, node_count)
                     self.cluster = cluster
                     self._record_cluster(cluster)
-                    cluster.set_threads_of({node: _threads(setting) for node in range(setting["ps"] + setting["worker"])})
+                    used = range(setting["ps"] + setting["worker"])
+                    cluster.set_threads_of({node: _threads(setting) for node in used})
                     self._open(setting)
                     if self.tuning is not None:
                         self.manager = self.tuning.manager(self.space, setting, self.job, self.repo, self.seed)
@@ -277,11 +279,13 @@ class Runner:
         if setting["global_jit_level"] == "OFF":
             for session, wg in zip(self._sessions, self.graphs):
                 session.run(wg.local_init_op)
-            return
-        no_jit = dict(setting, global_jit_level="OFF")
-        for wg in self.graphs:
-            with self._session(wg, no_jit) as init_session:
-                init_session.run(wg.local_init_op)
+        else:
+            no_jit = dict(setting, global_jit_level="OFF")
+            for wg in self.graphs:
+                with self._session(wg, no_jit) as init_session:
+                    init_session.run(wg.local_init_op)
+        for session, wg in zip(self._sessions, self.graphs):
+            _until_reachable(lambda: session.run(wg.probe_op))
 
     def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
         filters = [f"/job:node/task:{n}" for n in self.layout.ps_nodes + (wg.worker_node,)]
@@ -299,11 +303,23 @@ class Runner:
         self._sessions = []
 
     def _reset_container(self) -> None:
-        """Drops this job's variables (every container it used) from nodes that outlive it."""
+        """Drops this job's variables (every container it used) from nodes that outlive it.
+
+        A reset can stall for good after nodes were restarted during the job
+        (NOTES.md), so the nodes are reset side by side under one deadline:
+        the worst case costs CLEANUP_TIMEOUT_S once, not once per node.
+        """
         containers = self._old_containers + [self.container]
-        for index in range(self.cluster.node_count):
+
+        def reset(index: int) -> None:
             target = self.cluster.target(index)
-            _bounded(lambda: tf.compat.v1.Session.reset(target, containers), f"resetting node {index}")
+            with contextlib.suppress(Exception):
+                tf.compat.v1.Session.reset(target, containers)
+
+        _bounded(lambda: [t.join() for t in [
+            _started_thread(reset, index) for index in range(self.cluster.node_count)]],
+            f"resetting the job's containers on {self.cluster.node_count} nodes",
+            why="a node is gone, or nodes were restarted during the job")
 
     # -- training ------------------------------------------------------------
 
@@ -412,7 +428,9 @@ class Runner:
         """
         last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
         old = self.setting
+        marks = [("start", time.monotonic())]
         values = self._sessions[0].run(self.graphs[0].variables)
+        marks.append(("read variables", time.monotonic()))
         moved = int(sum(getattr(v, "nbytes", 0) for v in values.values()))
         self._close_sessions()
         # An asynchronous iteration reads one batch; a synchronous one, one per worker.
@@ -421,11 +439,17 @@ class Runner:
         old_container, self.container = self.container, "tfonline." + uuid.uuid4().hex
         self.setting = new
         self._record_setting(new)
+        marks.append(("closed sessions", time.monotonic()))
         self.cluster.set_threads_of({node: _threads(new) for node in range(new["ps"] + new["worker"])})
+        marks.append(("node restarts", time.monotonic()))
         self._open(new)
+        marks.append(("new graphs and sessions", time.monotonic()))
         chief = self.graphs[0]
         feed = {chief.restore_feeds[name]: value for name, value in values.items() if name in chief.restore_feeds}
         self._sessions[0].run(chief.restore_op, feed)
+        marks.append(("restored variables", time.monotonic()))
+        logger.info("reconfiguration %s -> %s: %s", short_form(old), short_form(new), ", ".join(
+            f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
         # Session.reset would also close the new sessions, so the old container
         # is dropped with the others when the job ends.
         self._old_containers.append(old_container)
@@ -664,7 +688,7 @@ class Runner:
         )
 
 
-def _bounded(call, what: str, timeout_s: float = CLEANUP_TIMEOUT_S) -> bool:
+def _bounded(call, what: str, timeout_s: float = CLEANUP_TIMEOUT_S, why: str = "a node is gone") -> bool:
     """Runs ``call`` in a daemon thread, giving up after ``timeout_s``.
 
     Closing a session, or resetting a container, on a cluster with a dead
@@ -681,9 +705,35 @@ def _bounded(call, what: str, timeout_s: float = CLEANUP_TIMEOUT_S) -> bool:
     worker.start()
     worker.join(timeout_s)
     if worker.is_alive():
-        logger.warning("%s did not finish within %.0f s (a node is gone); abandoned", what, timeout_s)
+        logger.warning("%s did not finish within %.0f s (%s); abandoned", what, timeout_s, why)
         return False
     return True
+
+
+def _until_reachable(call, grace_s: float = UNAVAILABLE_GRACE_S) -> None:
+    """Runs ``call`` (side-effect free), retrying while TensorFlow says a node is unavailable.
+
+    Right after nodes restart, the other nodes' gRPC channels to them can
+    still be in their reconnect back-off, and a step fails with
+    UnavailableError although every node serves. A probe through every
+    channel a worker uses, retried for up to ``grace_s``, waits that out
+    before training.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            call()
+            return
+        except tf.errors.UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def _started_thread(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name="tfonline-cleanup", daemon=True)
+    thread.start()
+    return thread
 
 
 def _close_session(session) -> None:

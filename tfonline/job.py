@@ -150,7 +150,8 @@ class MLJobFramework:
             known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s", "resume"}
             unknown = sorted(set(tuning or {}) - known)
             if unknown:
-                raise ConfigurationError(f"unknown tuning option {unknown[0]!r}; known options: {', '.join(sorted(known))}")
+                raise ConfigurationError(
+                    f"unknown tuning option {unknown[0]!r}; known options: {', '.join(sorted(known))}")
             plan = Tuning(restrict=space, extra_knobs=tuple(extra_knobs), **(tuning or {}),
                           estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
         elif space is not None or extra_knobs or tuning is not None:

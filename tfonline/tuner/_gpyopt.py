@@ -106,7 +106,8 @@ class GPOptimizer:
             return [{"name": "nodes", "constraint": f"x[:,{free.index('ps')}] + x[:,{free.index('worker')}] - {n}"}]
         for name, other in (("ps", "worker"), ("worker", "ps")):
             if name in free:
-                return [{"name": "nodes", "constraint": f"x[:,{free.index(name)}] + {self.space.values[other][0]} - {n}"}]
+                fixed = self.space.values[other][0]
+                return [{"name": "nodes", "constraint": f"x[:,{free.index(name)}] + {fixed} - {n}"}]
         return None
 
     def _model(self, observations: Sequence[Observation], loss: float):
