@@ -423,8 +423,9 @@ class Runner:
 
         The new graphs live in a fresh container; the old ones are dropped when
         the job ends (resetting a container closes every session on its node).
-        Each worker's input restarts from the beginning of its new shard
-        (issue 5's TDR keeps the data position).
+        Each worker skips its share of the batches the job has read so far
+        (see :func:`tfonline._graph.build_worker_graph`), so the job reads on
+        instead of seeing its first batches again.
         """
         last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
         old = self.setting
