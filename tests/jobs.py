@@ -31,3 +31,13 @@ class TinyLogR(tfonline.MLJobFramework):
 
     def optimizer_fn(self):
         return tf.compat.v1.train.AdagradOptimizer(self.lr)
+
+
+class SlowerLogR(TinyLogR):
+    """Converges in a few hundred iterations: long enough to estimate on, and to tune."""
+
+    target_loss = 0.60
+    smoothing_window = 20
+
+    def __init__(self):
+        super().__init__(lr=0.05)

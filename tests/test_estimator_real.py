@@ -6,21 +6,11 @@ import sqlite3
 
 import numpy as np
 import pytest
-from jobs import TinyLogR
+from jobs import SlowerLogR, TinyLogR
 from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
 
 from tfonline.estimator import get_estimator
 from tfonline.exceptions import ConfigurationError
-
-
-class SlowerLogR(TinyLogR):
-    """Converges in a few hundred iterations: long enough to estimate on."""
-
-    target_loss = 0.60
-    smoothing_window = 20
-
-    def __init__(self):
-        super().__init__(lr=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 from conftest import node_processes
-from jobs import TinyLogR
+from jobs import SlowerLogR
 
 from tfonline.exceptions import ConfigurationError
 
@@ -15,20 +15,12 @@ SPACE = {"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2, "
 LOOP = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0}
 
 
-class TunedLogR(TinyLogR):
-    target_loss = 0.60
-    smoothing_window = 20
-
-    def __init__(self):
-        super().__init__(lr=0.05)
-
-
 @pytest.fixture(scope="module")
 def tuned(cluster, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("tune") / "runs.db")
-    first = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    first = SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                             space=SPACE, tuning=LOOP)
-    second = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    second = SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                              space=SPACE, tuning=LOOP)
     return db, first, second
 
@@ -88,5 +80,5 @@ def test_a_second_run_resumes_tuning(tuned):
 def test_bad_tuning_input_fails_before_training(cluster, db_path, kwargs, message):
     before = node_processes()
     with pytest.raises(ConfigurationError, match=message):
-        TunedLogR().run(db=db_path, cluster=cluster, quiet=True, **kwargs)
+        SlowerLogR().run(db=db_path, cluster=cluster, quiet=True, **kwargs)
     assert node_processes() == before

@@ -190,7 +190,6 @@ class TuningManager:
         self.triples: list[Triple] = list(history)
         self.resumed = len(self.triples)
         self.random_done = 0
-        self.segments = 0
         self.overhead_s = 0.0
         # Resuming with enough observations skips the random phase.
         self.phase = "initial"
@@ -215,7 +214,6 @@ class TuningManager:
         self.triples.append(triple)
         self.job_steps.extend(float(s) for s in run.steps)
         self.job_losses.extend(float(x) for x in run.losses)
-        self.segments += 1
         decision = self._decide(run)
         decision.overhead_s = time.perf_counter() - started
         self.overhead_s += decision.overhead_s
