@@ -10,6 +10,7 @@ import pytest
 import simulated as sim
 
 from tfonline.estimator import get_estimator
+from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
@@ -118,5 +119,5 @@ def test_cost_model_learns_per_type():
 ])
 def test_invalid_loop_options(kwargs, message):
     space = sim.space()
-    with pytest.raises(Exception, match=message):
+    with pytest.raises(ConfigurationError, match=message):
         TuningManager(space, space.start({}), 0.3, lambda: get_estimator("hogwild"), **kwargs)

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from tfonline import _graph
@@ -51,6 +52,7 @@ from tfonline.setting import (
     short_form,
 )
 from tfonline.tuner import Tuning
+from tfonline.tuner.manager import SegmentRun
 
 logger = logging.getLogger("tfonline")
 
@@ -245,8 +247,7 @@ class Runner:
             return None
         if isinstance(arg, Cluster):
             return arg.node_threads(0)
-        cores = os.cpu_count() or 1
-        return NodeThreads(cores, cores)  # what ExistingCluster assumes of nodes it is given
+        return NodeThreads.one_per_core()  # what ExistingCluster assumes of nodes it is given
 
     def _cluster(self, setting, node_count) -> tuple[Cluster, LocalCluster | None]:
         arg = self.cluster_arg
@@ -398,10 +399,6 @@ class Runner:
 
     def _between_segments(self) -> None:
         """Hands the finished segment to the tuner, records its decision, and applies it."""
-        import numpy as np
-
-        from tfonline.tuner.manager import SegmentRun
-
         steps, losses, walls = (np.array(column, dtype=float) for column in zip(*self._segment_points))
         before = self._segment_loss_before if math.isfinite(self._segment_loss_before) else float(losses[0])
         run = SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self._warmup)
@@ -457,8 +454,8 @@ class Runner:
         self._warmup = len(self.graphs)
         self._pending_reconfiguration = {
             "job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
-            "to_setting_id": setting_key(new), "types": "+".join(types), "technique": "restart",
-            "bytes_moved": moved, "last_wall": last_wall, "type_list": list(types),
+            "to_setting_id": setting_key(new), "types": list(types), "technique": "restart",
+            "bytes_moved": moved, "last_wall": last_wall,
         }
 
     def _record_reconfiguration_cost(self) -> None:
@@ -469,9 +466,9 @@ class Runner:
             return
         pending, self._pending_reconfiguration = self._pending_reconfiguration, None
         cost = first - pending.pop("last_wall")
-        types = pending.pop("type_list")
-        self.manager.record_cost(types, cost)
-        self.repo.insert("reconfigurations", dict(pending, cost_s=cost, wall_time=time.time()), replace=True)
+        self.manager.record_cost(pending["types"], cost)
+        self.repo.insert("reconfigurations", dict(pending, types="+".join(pending["types"]), cost_s=cost,
+                                                  wall_time=time.time()), replace=True)
 
     def _guard(self, loop, *args) -> None:
         try:

@@ -75,6 +75,12 @@ class NodeThreads:
     intra_op_parallelism_threads: int = 0
     inter_op_parallelism_threads: int = 0
 
+    @classmethod
+    def one_per_core(cls) -> NodeThreads:
+        """TensorFlow's own default, spelt out: one thread per core in each pool."""
+        cores = os.cpu_count() or 1
+        return cls(cores, cores)
+
 
 class Cluster:
     """What the graph and the workers need of a cluster."""
@@ -125,8 +131,7 @@ class ExistingCluster(Cluster):
 
     def __init__(self, addresses: list[str], threads: NodeThreads | None = None):
         self.addresses = check_addresses(addresses)
-        cores = os.cpu_count() or 1
-        self._threads = threads or NodeThreads(cores, cores)
+        self._threads = threads or NodeThreads.one_per_core()
         missing = [a for a in self.addresses if not port_answers(a, timeout_s=2.0)]
         if missing:
             raise ClusterError(f"cluster nodes must be serving, but nothing answers at {', '.join(missing)}")
@@ -213,9 +218,8 @@ class LocalCluster(Cluster):
         self._procs: list[_Process | None] = [None] * count
         # One thread per core is TensorFlow's own default and the default
         # setting's, so a job with default threads restarts no node.
-        cores = os.cpu_count() or 1
         self._threads: list[NodeThreads] = (
-            list(threads) if isinstance(threads, list) else [threads or NodeThreads(cores, cores)] * count
+            list(threads) if isinstance(threads, list) else [threads or NodeThreads.one_per_core()] * count
         )
         self._spare: _Process | None = None
         self._spawned = 0
