@@ -24,8 +24,8 @@ def db_path(tmp_path):
 
 
 def node_processes(parent: int | None = None) -> set[int]:
-    """Pids of live tfonline node processes (children of ``parent`` if given)."""
-    pids = set()
+    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given)."""
+    live, parents = set(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -36,7 +36,17 @@ def node_processes(parent: int | None = None) -> set[int]:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        state, ppid = fields[0], int(fields[1])
-        if b"tfonline._node" in cmdline and state != "Z" and (parent is None or ppid == parent):
-            pids.add(int(entry))
-    return pids
+        parents[int(entry)] = int(fields[1])
+        if b"tfonline._node" in cmdline and fields[0] != "Z":
+            live.add(int(entry))
+    if parent is None:
+        return live
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == parent:
+                return True
+        return False
+
+    return {pid for pid in live if descends(pid)}

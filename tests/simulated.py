@@ -14,7 +14,7 @@ import numpy as np
 
 from tfonline.estimator import get_estimator
 from tfonline.tuner.manager import SegmentRun, TuningManager
-from tfonline.tuner.space import KnobSpace, reconfiguration_types
+from tfonline.tuner.space import KnobSpace
 
 NODES, CORES = 5, 4
 PINNED = {"do_common_subexpression_elimination": True, "max_folded_constant_in_bytes": 10 * 1024 * 1024,
@@ -91,12 +91,11 @@ def drive(manager: TuningManager, job: SimulatedJob, decisions: int) -> list:
     made = []
     for _ in range(decisions):
         run = job.run_segment(manager.current, manager.segment_length())
-        old = manager.current
         decision = manager.on_segment_end(run)
         made.append(decision)
         if decision.switch:
             job.clock += job.switch_cost_s
-            manager.record_cost(reconfiguration_types(manager.space, old, decision.candidate), job.switch_cost_s)
+            manager.record_cost(decision.parts, job.switch_cost_s)
     return made
 
 

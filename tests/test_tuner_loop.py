@@ -15,22 +15,34 @@ from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
 from tfonline.tuner.manager import CostModel, TuningManager, per_iteration_time
+from tfonline.tuner.space import switch_parts
 
 DECISIONS = 40
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
-    """Five free knobs (ps, worker, two thread pools, XLA); the start is about 7x slower than the optimum."""
+    """Five free knobs (ps, worker, two thread pools, XLA); the start is about 8x slower than the optimum.
+
+    Within 30 decisions (10 random, 20 online) the job runs a setting within
+    10% of the optimum, and it spends at least 80% of the online decisions
+    after that within 10% too (a GP fitted to noisy segments may still try
+    a worse setting now and then).
+    """
     space = sim.space()
     manager = sim.make_manager(space, seed)
     manager.target_loss = 0.305  # a long job: switching pays
     job = sim.SimulatedJob(seed)
     start = sim.time_per_progress(manager.current) / sim.optimum(space)
     decisions = sim.drive(manager, job, DECISIONS)
-    ratio = sim.time_per_progress(manager.current) / sim.optimum(space)
-    print(f"seed {seed}: start {start:.2f}x the optimum, after {DECISIONS} decisions {ratio:.2f}x")
-    assert start > 5 and ratio <= 1.10
+    ratios = [sim.time_per_progress(d.candidate if d.switch else d.current) / sim.optimum(space) for d in decisions]
+    print(f"seed {seed}: start {start:.2f}x the optimum; after each decision: "
+          + " ".join(f"{r:.2f}" for r in ratios))
+    assert start > 5
+    found = next(i for i, r in enumerate(ratios) if r <= 1.10)
+    assert found < 30
+    after = ratios[max(found, 10):]
+    assert sum(r <= 1.10 for r in after) >= 0.8 * len(after)
     assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
     assert all(d.switch for d in decisions[:10])
     assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
@@ -38,7 +50,8 @@ def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
 
 def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():
     space = sim.space()
-    manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6}))
+    manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6, "compile": 1e6}),
+                               exploration_budget=None)
     job = sim.SimulatedJob(0)
     job.switch_cost_s = 1e6
     decisions = sim.drive(manager, job, 16)
@@ -101,14 +114,62 @@ def test_per_iteration_time_drops_warmup_and_stalls():
     assert per_iteration_time(walls[:3], warmup=1) is None
 
 
-def test_cost_model_learns_per_type():
-    costs = CostModel({"I-a": 2.0, "I-b": 3.0, "II": 1.0})
-    assert costs.estimate([]) == 0.0 and costs.estimate(["I-a", "II"]) == 2.0
-    costs.record(["II"], 0.2)
-    costs.record(["II"], 0.4)
-    assert costs.estimate(["II"]) == pytest.approx(0.3)
-    costs.record(["I-a", "II"], 5.0)
-    assert costs.estimate(["I-a", "II"]) == pytest.approx(5.0) and costs.estimate(["I-a"]) == pytest.approx(5.0)
+def test_cost_model_learns_per_set_of_changed_parts():
+    costs = CostModel({"I-a": 2.0, "I-b": 3.0, "II": 1.0, "compile": 10.0})
+    assert costs.estimate({}) == 0.0
+    assert costs.estimate({"ps": "I-a", "intra_op_parallelism_threads": "II"}) == 2.0  # the largest prior
+    assert costs.estimate({"global_jit_level=ON_1": "compile"}) == 10.0
+    costs.record(["intra_op_parallelism_threads"], 0.2)
+    costs.record(["intra_op_parallelism_threads"], 0.4)
+    assert costs.estimate({"intra_op_parallelism_threads": "II"}) == pytest.approx(0.3)  # measured: the mean
+    costs.record(["ps", "global_jit_level=ON_1"], 30.0)
+    assert costs.estimate({"ps": "I-a", "global_jit_level=ON_1": "compile"}) == pytest.approx(30.0)
+    # Each part costs at most the cheapest switch it was part of ...
+    assert costs.estimate({"global_jit_level=ON_1": "compile"}) == pytest.approx(30.0)
+    costs.record(["ps", "worker"], 1.5)
+    assert costs.estimate({"ps": "I-a"}) == pytest.approx(1.5)
+    # ... so XLA's compile makes neither the other type-II knobs nor turning it off look costly.
+    assert costs.estimate({"inter_op_parallelism_threads": "II", "intra_op_parallelism_threads": "II"}) == 1.0
+    assert costs.estimate({"global_jit_level": "II"}) == 1.0
+
+
+def test_a_switch_turning_xla_on_is_a_compile_part():
+    space = sim.space()
+    base = space.start({"ps": 1, "worker": 1, "global_jit_level": "OFF"})
+    assert switch_parts(space, base, dict(base, global_jit_level="ON_2", worker=2)) == {
+        "global_jit_level=ON_2": "compile", "worker": "I-a"}
+    on = dict(base, global_jit_level="ON_1")
+    assert switch_parts(space, on, base) == {"global_jit_level": "II"}
+    assert switch_parts(space, base, base) == {}
+
+
+def test_the_random_phase_stays_within_its_exploration_budget():
+    space = sim.space()
+    manager = sim.make_manager(space, 0, exploration_budget=0.1)
+    job = sim.SimulatedJob(0)
+    job.switch_cost_s = 2.0
+    decisions = sim.drive(manager, job, 14)
+    budget = manager.exploration_budget_s
+    assert budget is not None and budget == pytest.approx(0.1 * manager.triples[0].remaining_s)
+    random_ones = [d for d in decisions if d.phase == "random"]
+    assert 1 <= len(random_ones) < 10  # the budget ended the phase early
+    assert manager.exploration_spent_s == pytest.approx(2.0 * len(random_ones))
+    spent = 0.0
+    for d in random_ones:
+        assert d.cost_s <= budget - spent + 1e-9 and "left to explore" in d.reason
+        spent += 2.0
+    first_online = decisions[len(random_ones)]
+    assert first_online.phase == "online"
+    assert first_online.reason.startswith(f"exploration budget spent after {len(random_ones)} random setting(s)")
+
+
+def test_without_a_budget_the_random_phase_runs_all_its_settings():
+    space = sim.space()
+    manager = sim.make_manager(space, 0, exploration_budget=None)
+    job = sim.SimulatedJob(0)
+    job.switch_cost_s = 1e3
+    decisions = sim.drive(manager, job, 12)
+    assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -116,6 +177,7 @@ def test_cost_model_learns_per_type():
     (dict(random_settings=-1), "random_settings must be an integer >= 0, got -1"),
     (dict(segment_iterations=2), "segment_iterations must be an integer >= 3 or None, got 2"),
     (dict(min_segment_s="1"), "min_segment_s must be a number >= 0, got '1'"),
+    (dict(exploration_budget=1.5), "exploration_budget must be a fraction between 0 and 1, or None, got 1.5"),
 ])
 def test_invalid_loop_options(kwargs, message):
     space = sim.space()

@@ -12,7 +12,8 @@ from tfonline.exceptions import ConfigurationError
 
 # Thread pools and XLA pinned: no node restart or XLA compile, so the test is quick.
 SPACE = {"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2, "global_jit_level": "OFF"}
-LOOP = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0}
+LOOP = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
+        "exploration_budget": None}  # both random settings, whatever they cost
 
 
 @pytest.fixture(scope="module")
@@ -74,6 +75,8 @@ def test_a_second_run_resumes_tuning(tuned):
     (dict(tune=True, space={"cores": 2}), "space names an unknown knob 'cores'"),
     (dict(tune=True, tuning={"random": 3}), "unknown tuning option 'random'; known options: initial_iterations"),
     (dict(tune=True, tuning={"initial_iterations": 0}), "initial_iterations must be an integer >= 1, got 0"),
+    (dict(tune=True, tuning={"exploration_budget": -0.5}),
+     "exploration_budget must be a fraction between 0 and 1, or None, got -0.5"),
     (dict(tune=True, tuning=[1]), "tuning must be a dict of options, got list"),
     (dict(space={"worker": 1}), "space, extra_knobs and tuning apply only with tune=True, got tune=False"),
 ])

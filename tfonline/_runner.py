@@ -395,7 +395,7 @@ class Runner:
         with self._lock:
             done = len(self._segment_points)
         return (done >= self.manager.segment_length() + self._warmup
-                and time.monotonic() - self._segment_started >= self.manager.min_segment_s)
+                and time.monotonic() - self._segment_started >= self.manager.segment_seconds())
 
     def _between_segments(self) -> None:
         """Hands the finished segment to the tuner, records its decision, and applies it."""
@@ -411,10 +411,10 @@ class Runner:
         self._history_points.extend(self._segment_points)
         self._warmup = 0
         if decision.switch:
-            self._reconfigure(decision.candidate, decision.types)
+            self._reconfigure(decision.candidate, decision.types, decision.parts)
         self.phase = decision.phase
 
-    def _reconfigure(self, new: dict[str, Any], types: list[str]) -> None:
+    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str]) -> None:
         """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
         for the new setting (restarting nodes whose thread pools change), and restore the values.
 
@@ -455,7 +455,7 @@ class Runner:
         self._pending_reconfiguration = {
             "job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
             "to_setting_id": setting_key(new), "types": list(types), "technique": "restart",
-            "bytes_moved": moved, "last_wall": last_wall,
+            "bytes_moved": moved, "last_wall": last_wall, "parts": list(parts),
         }
 
     def _record_reconfiguration_cost(self) -> None:
@@ -466,7 +466,7 @@ class Runner:
             return
         pending, self._pending_reconfiguration = self._pending_reconfiguration, None
         cost = first - pending.pop("last_wall")
-        self.manager.record_cost(pending["types"], cost)
+        self.manager.record_cost(pending.pop("parts"), cost)
         self.repo.insert("reconfigurations", dict(pending, types="+".join(pending["types"]), cost_s=cost,
                                                   wall_time=time.time()), replace=True)
 

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -155,7 +156,7 @@ class ExistingCluster(Cluster):
 
 @dataclass
 class _Process:
-    popen: subprocess.Popen
+    popen: subprocess.Popen | _ForkedPopen
     log_path: str
     lines: queue.Queue = field(default_factory=queue.Queue)
 
@@ -186,23 +187,155 @@ class _Process:
         return " | ".join(lines[-n:])
 
 
+class _ForkedPopen:
+    """The part of :class:`subprocess.Popen` the cluster uses, for a node forked by the fork server."""
+
+    def __init__(self, server: _ForkServer, pid: int, stdin, stdout):
+        self._server = server
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"node pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class _ForkServer:
+    """Driver side of the fork server of :mod:`tfonline._node`: one process
+    with TensorFlow imported that forks ready node processes on request."""
+
+    def __init__(self, env: dict, log_path: str):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "tfonline._node", "--fork-server", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        theirs.close()
+        self._sock = ours
+        self._replies: queue.Queue = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._request_lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True, name="tfonline-fork-server").start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                packet = self._sock.recv(1024)
+            except OSError:
+                packet = b""
+            if not packet:
+                self._replies.put(None)
+                return
+            message = json.loads(packet)
+            if "exit" in message:
+                self._exits[message["exit"]] = message["code"]
+            else:
+                self._replies.put(message)
+
+    def _reply(self, deadline: float, what: str) -> dict:
+        try:
+            message = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise ClusterError(f"the fork server did not {what} in time; log: {self._log_tail()}") from None
+        if message is None:
+            code = self.popen.wait()
+            raise ClusterError(f"the fork server exited with code {code}; log: {self._log_tail()}")
+        return message
+
+    def _log_tail(self) -> str:
+        return _Process(self.popen, self.log_path).log_tail()
+
+    def wait_imported(self, deadline: float) -> None:
+        self._reply(deadline, "import TensorFlow")
+
+    def fork(self, log_path: str, deadline: float) -> _ForkedPopen:
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with self._request_lock:
+                socket.send_fds(self._sock, [b"fork"], [stdin_r, stdout_w, log_fd])
+                pid = self._reply(deadline, "fork a node")["forked"]
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
+        finally:
+            for fd in (stdin_r, stdout_w, log_fd):
+                os.close(fd)
+        return _ForkedPopen(self, pid, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r))
+
+    def exit_code(self, pid: int) -> int | None:
+        if pid in self._exits:
+            return self._exits[pid]
+        if self.popen.poll() is not None and not _pid_alive(pid):
+            return self._exits.get(pid, -1)  # exited after the fork server: code unknown
+        return None
+
+    def stop(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.popen.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class LocalCluster(Cluster):
     """N node processes on this machine, each a ``tf.distribute.Server``.
 
     Args:
         nodes: how many nodes; :func:`default_node_count` when None.
         host: the interface the servers listen on.
-        warm_spare: keep one process with TensorFlow imported, ready to
-            replace a node whose thread pools change, so the restart does not
-            pay the import.
+        fork_server: fork nodes from one process that has imported TensorFlow
+            (see :mod:`tfonline._node`), so that starting a node, or
+            restarting one for new thread pools, takes milliseconds instead
+            of an import of TensorFlow. Default: on Linux.
         start_timeout_s: how long a node may take to start serving.
+        threads: every node's server thread pools, or one per node.
     """
 
     def __init__(
         self,
         nodes: int | None = None,
         host: str = "127.0.0.1",
-        warm_spare: bool = True,
+        fork_server: bool | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         threads: NodeThreads | list[NodeThreads] | None = None,
     ):
@@ -212,7 +345,8 @@ class LocalCluster(Cluster):
         self.host = host
         self.addresses = [f"{host}:{free_port(host)}" for _ in range(count)]
         self._start_timeout_s = start_timeout_s
-        self._warm_spare = warm_spare
+        self._use_fork_server = sys.platform.startswith("linux") if fork_server is None else fork_server
+        self._fork_server: _ForkServer | None = None
         self._log_dir = tempfile.mkdtemp(prefix="tfonline-nodes-")
         self._lock = threading.RLock()
         self._procs: list[_Process | None] = [None] * count
@@ -221,7 +355,6 @@ class LocalCluster(Cluster):
         self._threads: list[NodeThreads] = (
             list(threads) if isinstance(threads, list) else [threads or NodeThreads.one_per_core()] * count
         )
-        self._spare: _Process | None = None
         self._spawned = 0
         self._stopped = False
         self.served: list[dict] = [{} for _ in range(count)]
@@ -233,9 +366,8 @@ class LocalCluster(Cluster):
 
     # -- processes -----------------------------------------------------------
 
-    def _spawn(self) -> _Process:
-        self._spawned += 1
-        log_path = os.path.join(self._log_dir, f"process-{self._spawned}.log")
+    @staticmethod
+    def _node_env() -> dict:
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         # XLA auto-clustering on CPU (the global_jit_level knob) only acts
@@ -243,18 +375,29 @@ class LocalCluster(Cluster):
         flags = env.get("TF_XLA_FLAGS", "")
         if "--tf_xla_cpu_global_jit" not in flags:
             env["TF_XLA_FLAGS"] = (flags + " --tf_xla_cpu_global_jit").strip()
-        with open(log_path, "w") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "tfonline._node"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env=env,
-                # Own session: a Ctrl-C at the terminal reaches the driver,
-                # which then stops the nodes in order.
-                start_new_session=True,
-            )
+        return env
+
+    def _spawn(self, deadline: float) -> _Process:
+        self._spawned += 1
+        log_path = os.path.join(self._log_dir, f"process-{self._spawned}.log")
+        if self._use_fork_server:
+            if self._fork_server is None:
+                self._fork_server = _ForkServer(self._node_env(), os.path.join(self._log_dir, "fork-server.log"))
+                self._fork_server.wait_imported(deadline)
+            popen = self._fork_server.fork(log_path, deadline)
+        else:
+            with open(log_path, "w") as log:
+                popen = subprocess.Popen(
+                    [sys.executable, "-m", "tfonline._node"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    env=self._node_env(),
+                    # Own session: a Ctrl-C at the terminal reaches the
+                    # driver, which then stops the nodes in order.
+                    start_new_session=True,
+                )
         proc = _Process(popen, log_path)
         threading.Thread(target=proc.read_stdout, daemon=True, name="tfonline-node-stdout").start()
         return proc
@@ -296,16 +439,18 @@ class LocalCluster(Cluster):
         self.served[index] = served
         self._procs[index] = proc
 
+    def _start_nodes(self, indices: list[int]) -> None:
+        """Starts a process for each node of ``indices``, side by side, and waits until all serve."""
+        deadline = time.monotonic() + self._start_timeout_s
+        for i in indices:
+            self._procs[i] = self._spawn(deadline)  # owned from here on, so stop() reaches it
+        for i in indices:
+            self._serve(self._procs[i], i, deadline)
+
     def _start_all(self) -> None:
         started = time.monotonic()
-        deadline = started + self._start_timeout_s
-        procs = [self._spawn() for _ in self.addresses]
-        self._procs = list(procs)  # owned from here on, so stop() reaches them
-        for index, proc in enumerate(procs):
-            self._serve(proc, index, deadline)
+        self._start_nodes(list(range(self.node_count)))
         logger.info("cluster of %d nodes serving after %.1f s", self.node_count, time.monotonic() - started)
-        if self._warm_spare:
-            self._spare = self._spawn()
 
     # -- the Cluster interface -----------------------------------------------
 
@@ -313,35 +458,18 @@ class LocalCluster(Cluster):
         return self._threads[index]
 
     def set_node_threads(self, index: int, threads: NodeThreads) -> None:
-        with self._lock:
-            if self._threads[index] == threads:
-                return
-            self._threads[index] = threads
-            self.restart_node(index)
+        self.set_threads_of({index: threads})
 
     def set_threads_of(self, changes: dict[int, NodeThreads]) -> None:
-        """Restarts every node whose pools change at once: the warm spare takes
-        one, and fresh processes, started together, import TensorFlow side by
-        side for the others (one after another, each would wait for a spare)."""
+        """Restarts every node whose pools change, side by side."""
         with self._lock:
             todo = [i for i, threads in changes.items() if self._threads[i] != threads]
-            if len(todo) <= 1:
-                for i in todo:
-                    self.set_node_threads(i, changes[i])
-                return
+            old = [self._procs[i] for i in todo]
             for i in todo:
                 self._threads[i] = changes[i]
-                if self._procs[i] is not None:
-                    self._end(self._procs[i])
                 self._procs[i] = None
-            spare, self._spare = self._spare, None
-            fresh = [spare] if spare is not None and spare.popen.poll() is None else []
-            fresh += [self._spawn() for _ in range(len(todo) - len(fresh))]
-            deadline = time.monotonic() + self._start_timeout_s
-            for i, proc in zip(todo, fresh):
-                self._serve(proc, i, deadline)
-            if self._warm_spare:
-                self._spare = self._spawn()
+            self._end_all([p for p in old if p is not None])
+            self._start_nodes(todo)
 
     def restart_node(self, index: int) -> float:
         """Replaces node ``index`` by a process serving its current thread pools.
@@ -351,17 +479,10 @@ class LocalCluster(Cluster):
         """
         with self._lock:
             started = time.monotonic()
-            old = self._procs[index]
-            if old is not None:
-                self._end(old)
+            self._end(self._procs[index])
             self._procs[index] = None
-            proc = self._spare if self._spare is not None and self._spare.popen.poll() is None else self._spawn()
-            self._spare = None
             # The old server may hold the port for a moment after exiting.
-            deadline = time.monotonic() + self._start_timeout_s
-            self._serve(proc, index, deadline)
-            if self._warm_spare:
-                self._spare = self._spawn()
+            self._start_nodes([index])
             return time.monotonic() - started
 
     def check_alive(self) -> None:
@@ -372,7 +493,9 @@ class LocalCluster(Cluster):
                 )
 
     @staticmethod
-    def _end(proc: _Process, grace_s: float = 3.0) -> None:
+    def _end(proc: _Process | None, grace_s: float = 3.0) -> None:
+        if proc is None:
+            return
         popen = proc.popen
         if popen.poll() is None:
             try:
@@ -390,21 +513,25 @@ class LocalCluster(Cluster):
             except (OSError, ValueError):
                 pass
 
+    @classmethod
+    def _end_all(cls, procs: list[_Process]) -> None:
+        """Ends several nodes side by side: every stdin is closed before waiting for any."""
+        for p in procs:
+            try:
+                p.popen.stdin.close()
+            except (OSError, ValueError):
+                pass
+        for p in procs:
+            cls._end(p)
+
     def stop(self) -> None:
-        """Stops every node process and the spare; safe to call twice."""
+        """Stops every node process and the fork server; safe to call twice."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
-            procs = [p for p in self._procs if p is not None]
-            if self._spare is not None:
-                procs.append(self._spare)
-            for p in procs:
-                try:
-                    p.popen.stdin.close()
-                except (OSError, ValueError):
-                    pass
-            for p in procs:
-                self._end(p)
+            self._end_all([p for p in self._procs if p is not None])
             self._procs = [None] * len(self.addresses)
-            self._spare = None
+            if self._fork_server is not None:
+                self._fork_server.stop()
+                self._fork_server = None

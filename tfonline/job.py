@@ -116,9 +116,11 @@ class MLJobFramework:
             tuning: with ``tune``, the loop's options: ``initial_iterations``
                 (I0, default 50), ``random_settings`` (N, default 10),
                 ``segment_iterations`` (I, default 3 × workers),
-                ``min_segment_s`` (default 2.0) and ``resume`` (default
-                True: start from the triples earlier runs of this job left
-                in ``db``).
+                ``min_segment_s`` (default 2.0), ``exploration_budget``
+                (default 0.1: the random phase spends at most this fraction
+                of the job's estimated remaining time on switches; None: no
+                limit) and ``resume`` (default True: start from the triples
+                earlier runs of this job left in ``db``).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -147,7 +149,8 @@ class MLJobFramework:
 
             if tuning is not None and not isinstance(tuning, dict):
                 raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
-            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s", "resume"}
+            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s", "exploration_budget",
+                     "resume"}
             unknown = sorted(set(tuning or {}) - known)
             if unknown:
                 raise ConfigurationError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline.setting import Knob
-from tfonline.tuner.manager import Triple, TuningManager, check_options
+from tfonline.tuner.manager import EXPLORATION_BUDGET, Triple, TuningManager, check_options
 from tfonline.tuner.space import KnobSpace
 
 __all__ = ["Tuning", "KnobSpace", "TuningManager", "Triple", "check_options", "load_triples"]
@@ -33,11 +33,13 @@ class Tuning:
     random_settings: int = 10
     segment_iterations: int | None = None
     min_segment_s: float = 2.0
+    exploration_budget: float | None = EXPLORATION_BUDGET
     estimator_factory: Any = None
     resume: bool = True
 
     def __post_init__(self):
-        check_options(self.initial_iterations, self.random_settings, self.segment_iterations, self.min_segment_s)
+        check_options(self.initial_iterations, self.random_settings, self.segment_iterations, self.min_segment_s,
+                      self.exploration_budget)
 
     def space(self, node_count: int, fixed_threads=None) -> KnobSpace:
         import os
@@ -54,7 +56,7 @@ class Tuning:
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
-            history=history)
+            history=history, exploration_budget=self.exploration_budget)
 
 
 def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:

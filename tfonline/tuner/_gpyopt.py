@@ -148,9 +148,16 @@ class GPOptimizer:
         return Suggestion(setting, current_s * (1 - math.exp(-gain)), math.exp(mean), current_s)
 
     def _predict(self, bo, y: np.ndarray, setting: dict[str, Any], loss: float) -> tuple[float, float]:
-        """The GP's mean and SD of log R̂ for one setting at ``loss``."""
+        """The GP's mean and SD of the latent log R̂ (measurement noise left out) for one setting at ``loss``.
+
+        A switch gains what the setting's true R̂ is better by; the noise of
+        one segment's measurement is not something a switch can win. With
+        the noise in, EI between two equally good settings was about 0.4 ×
+        the noise SD × R̂, more than a cheap switch's cost, and the job hopped
+        between settings that differ in nothing that matters.
+        """
         zipped = np.array([self.space.encode(setting) + [float(loss)]], dtype=float)
-        mean, sd = bo.model.predict(bo.space.unzip_inputs(zipped))
+        mean, sd = bo.model.predict(bo.space.unzip_inputs(zipped), with_noise=False)
         scale = float(np.std(y)) or 1.0
         return float(np.ravel(mean)[0]) * scale + float(np.mean(y)), float(np.ravel(sd)[0]) * scale
 

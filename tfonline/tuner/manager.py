@@ -20,7 +20,11 @@ Phases:
 A segment lasts ``segment_iterations`` iterations (the paper's I = 3 ×
 workers when None) *and* at least ``min_segment_s`` seconds. The second
 bound is ours: here an iteration takes milliseconds, and a segment of six
-iterations measures nothing but noise.
+iterations measures nothing but noise. Also ours: in the online phase, each
+decision to stay doubles the next segment's length (both bounds, up to
+:data:`MAX_STRETCH` times), and a switch resets it. A job that has settled
+then pays for a GP fit every 16 s rather than every 2 s; the paper refits
+every I iterations.
 """
 
 from __future__ import annotations
@@ -29,21 +33,28 @@ import math
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
-from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
-from tfonline.tuner.space import KnobSpace, reconfiguration_types
+from tfonline.tuner.space import KnobSpace, switch_parts
 
-# Before any reconfiguration of a type has been measured, its cost is taken
-# to be this many seconds: about what rebuilding the graphs and sessions of
-# a small job takes on a local cluster (I-a, I-b, II), which is what the
-# simplest mechanism does for every type.
-PRIOR_COST_S = {"I-a": 2.0, "I-b": 2.0, "II": 1.0}
+# Before any switch that changed a part (see switch_parts) has been measured,
+# the part is taken to cost this many seconds, by its type: about what
+# rebuilding the graphs and sessions of a small job takes on a local
+# cluster; and for "compile" (turning XLA on), what the first step's
+# compilation took for the LogR example: 5.5 s alone on this machine's 2
+# cores, 15-50 s on a busy cluster (NOTES.md).
+PRIOR_COST_S = {"I-a": 2.0, "I-b": 2.0, "II": 1.0, "compile": 10.0}
+# The random phase may spend this fraction of the job's estimated remaining
+# time (R̂ at the end of the initial phase) on switches.
+EXPLORATION_BUDGET = 0.1
+# How many times longer than the first an online segment may grow while the
+# tuner keeps deciding to stay.
+MAX_STRETCH = 8
 TUKEY_K = 3.0
 
 
@@ -95,6 +106,7 @@ class Decision:
     cost_s: float | None = None
     types: list[str] = field(default_factory=list)
     overhead_s: float = 0.0
+    parts: list[str] = field(default_factory=list)  # what the switch changes, as the cost model names it
 
 
 def per_iteration_time(walls: np.ndarray, warmup: int) -> float | None:
@@ -114,36 +126,44 @@ def per_iteration_time(walls: np.ndarray, warmup: int) -> float | None:
 
 
 class CostModel:
-    """The expected cost of a reconfiguration, learnt per set of types from measured costs.
+    """The expected cost of a switch, learnt per set of changed parts from measured costs.
 
-    A set of types measured before costs the mean of its measurements;
-    otherwise each type costs the mean of measurements that involved it (or
-    :data:`PRIOR_COST_S` when none did), and the set costs the largest of
-    those: the simplest mechanism pays for the slowest part once.
+    A part is a changed knob (:func:`tfonline.tuner.space.switch_parts`).
+
+    - A set of parts measured before costs the mean of its measurements.
+    - Otherwise each part costs at most the cheapest measured switch that
+      changed it (a switch costs at least as much as any of its parts), or
+      the prior of its type (:data:`PRIOR_COST_S`) while none did; the
+      switch costs the largest of those.
+
+    Keying by knob rather than by type keeps one costly knob (XLA's compile)
+    from making every other knob of its type look costly.
     """
 
     def __init__(self, prior: dict[str, float] | None = None):
         self.prior = dict(PRIOR_COST_S if prior is None else prior)
         self.measured: list[tuple[frozenset[str], float]] = []
 
-    def record(self, types: Sequence[str], cost_s: float) -> None:
-        self.measured.append((frozenset(types), float(cost_s)))
+    def record(self, parts: Iterable[str], cost_s: float) -> None:
+        self.measured.append((frozenset(parts), float(cost_s)))
 
-    def estimate(self, types: Sequence[str]) -> float:
-        if not types:
+    def estimate(self, parts: dict[str, str]) -> float:
+        """``parts``: each changed part and its type."""
+        if not parts:
             return 0.0
-        key = frozenset(types)
-        exact = [c for t, c in self.measured if t == key]
+        key = frozenset(parts)
+        exact = [c for k, c in self.measured if k == key]
         if exact:
             return float(np.mean(exact))
-        per_type = []
-        for kind in key:
-            seen = [c for t, c in self.measured if kind in t]
-            per_type.append(float(np.mean(seen)) if seen else self.prior.get(kind, max(self.prior.values())))
-        return max(per_type)
+        per_part = []
+        for name, kind in parts.items():
+            seen = [c for k, c in self.measured if name in k]
+            per_part.append(min(seen) if seen else self.prior.get(kind, max(self.prior.values())))
+        return max(per_part)
 
 
-def check_options(initial_iterations, random_settings, segment_iterations, min_segment_s) -> None:
+def check_options(initial_iterations, random_settings, segment_iterations, min_segment_s,
+                  exploration_budget=EXPLORATION_BUDGET) -> None:
     """Fails early (before any cluster starts) on bad tuning options."""
     for name, value, low in (("initial_iterations", initial_iterations, 1), ("random_settings", random_settings, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -153,6 +173,11 @@ def check_options(initial_iterations, random_settings, segment_iterations, min_s
         raise ConfigurationError(f"segment_iterations must be an integer >= 3 or None, got {segment_iterations!r}")
     if isinstance(min_segment_s, bool) or not isinstance(min_segment_s, (int, float)) or not min_segment_s >= 0:
         raise ConfigurationError(f"min_segment_s must be a number >= 0, got {min_segment_s!r}")
+    if exploration_budget is not None and (isinstance(exploration_budget, bool)
+                                           or not isinstance(exploration_budget, (int, float))
+                                           or not 0 <= exploration_budget <= 1):
+        raise ConfigurationError(
+            f"exploration_budget must be a fraction between 0 and 1, or None, got {exploration_budget!r}")
 
 
 class TuningManager:
@@ -167,6 +192,9 @@ class TuningManager:
         random_settings: N.
         segment_iterations: I; None means 3 × the setting's workers.
         min_segment_s: the least duration of a segment.
+        exploration_budget: the fraction of the job's estimated remaining time
+            (R̂ of the initial segment) the random phase may spend on
+            switches; None: no limit (the paper's random phase).
         seed: seeds the random phase and the GP.
         history: triples of earlier runs of the same job (resuming).
     """
@@ -174,8 +202,9 @@ class TuningManager:
     def __init__(self, space: KnobSpace, start: dict[str, Any], target_loss: float,
                  make_estimator: Callable[[], BaseEstimator], *, initial_iterations: int = 50,
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
-                 seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None):
-        check_options(initial_iterations, random_settings, segment_iterations, min_segment_s)
+                 seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
+                 exploration_budget: float | None = EXPLORATION_BUDGET):
+        check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget)
         self.space = space
         self.current = dict(start)
         self.target_loss = target_loss
@@ -184,6 +213,11 @@ class TuningManager:
         self.random_settings = random_settings
         self.segment_iterations = segment_iterations
         self.min_segment_s = float(min_segment_s)
+        self.exploration_budget = exploration_budget
+        self.exploration_budget_s: float | None = None  # set from the first usable triple
+        self.exploration_spent_s = 0.0
+        self._random_ended = ""
+        self.stretch = 1
         self.rng = random.Random(seed)
         self.optimizer = GPOptimizer(space, seed) if space.free else None
         self.costs = cost_model or CostModel()
@@ -200,10 +234,14 @@ class TuningManager:
     # -- segment lengths -------------------------------------------------------
 
     def segment_length(self) -> int:
-        """Iterations the current segment should run (it also runs for at least :attr:`min_segment_s`)."""
+        """Iterations the current segment should run (it also runs for :meth:`segment_seconds`)."""
         if self.phase == "initial":
             return self.initial_iterations
-        return self.segment_iterations or 3 * int(self.current["worker"])
+        return self.stretch * (self.segment_iterations or 3 * int(self.current["worker"]))
+
+    def segment_seconds(self) -> float:
+        """The least duration of the current segment."""
+        return self.stretch * self.min_segment_s
 
     # -- the loop ----------------------------------------------------------------
 
@@ -236,19 +274,51 @@ class TuningManager:
 
     def _decide(self, run: SegmentRun) -> Decision:
         current = self.current
+        if self.exploration_budget is not None and self.exploration_budget_s is None and self.triples[-1].usable:
+            self.exploration_budget_s = self.exploration_budget * self.triples[-1].remaining_s
         if self.phase == "initial":
             self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
         if self.phase == "random":
             if self.random_done < self.random_settings:
-                self.random_done += 1
-                tried = [t.setting for t in self.triples]
-                candidate = self.space.sample(self.rng, exclude=tried + [current])
-                types = reconfiguration_types(self.space, current, candidate)
-                return Decision("random", current, candidate, candidate != current,
-                                f"initialisation: random setting {self.random_done} of {self.random_settings}",
-                                cost_s=self.costs.estimate(types), types=types)
+                candidate, cost, left = self._draw(current)
+                if candidate is not None:
+                    self.random_done += 1
+                    parts = switch_parts(self.space, current, candidate)
+                    budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
+                    return Decision("random", current, candidate, candidate != current,
+                                    f"initialisation: random setting {self.random_done} of "
+                                    f"{self.random_settings}{budget}",
+                                    cost_s=cost, types=self._types(parts), parts=sorted(parts))
+                self._random_ended = (f"exploration budget spent after {self.random_done} random setting(s) "
+                                      f"(no untried setting's switch fits the {left:.3g} s left); ")
             self.phase = "online"
-        return self._online(run)
+        decision = self._online(run)
+        decision.reason, self._random_ended = self._random_ended + decision.reason, ""
+        self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
+        return decision
+
+    def _draw(self, current: dict[str, Any], tries: int = 64) -> tuple[dict[str, Any] | None, float, float | None]:
+        """A random untried setting whose switch fits the exploration budget left.
+
+        Returns (setting or None, its estimated cost, the budget left or None
+        when unlimited). Draws are uniform over the space; with a budget, they
+        are uniform over the ``tries`` draws whose estimated cost fits it.
+        """
+        tried = [t.setting for t in self.triples] + [current]
+        if self.exploration_budget_s is None:
+            candidate = self.space.sample(self.rng, exclude=tried)
+            return candidate, self.costs.estimate(switch_parts(self.space, current, candidate)), None
+        left = max(0.0, self.exploration_budget_s - self.exploration_spent_s)
+        fitting = []
+        for _ in range(tries):
+            candidate = self.space.sample(self.rng, exclude=tried)
+            cost = self.costs.estimate(switch_parts(self.space, current, candidate))
+            if candidate not in tried and cost <= left:
+                fitting.append((candidate, cost))
+        if not fitting:
+            return None, 0.0, left
+        candidate, cost = self.rng.choice(fitting)
+        return candidate, cost, left
 
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
@@ -263,21 +333,24 @@ class TuningManager:
                             f"only {len(observations)} usable observation(s); the GP needs 2")
         suggestion = self.optimizer.suggest(observations, run.loss_now, current)
         candidate = suggestion.setting
-        types = reconfiguration_types(self.space, current, candidate)
+        parts = switch_parts(self.space, current, candidate)
         ei = suggestion.expected_improvement_s
-        if setting_key(candidate) == setting_key(current):
+        if not parts:
             return Decision("online", current, candidate, False, "the best setting by EI is the current one",
                             expected_improvement_s=ei, cost_s=0.0)
-        cost = self.costs.estimate(types)
-        if not ei > cost:
-            return Decision("online", current, candidate, False,
-                            f"EI {ei:.3g} s does not exceed the estimated cost {cost:.3g} s ({'+'.join(types)})",
-                            expected_improvement_s=ei, cost_s=cost, types=types)
-        return Decision("online", current, candidate, True,
-                        f"EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s ({'+'.join(types)})",
-                        expected_improvement_s=ei, cost_s=cost, types=types)
+        cost = self.costs.estimate(parts)
+        verdict = "exceeds" if ei > cost else "does not exceed"
+        return Decision("online", current, candidate, ei > cost,
+                        f"EI {ei:.3g} s {verdict} the estimated cost {cost:.3g} s ({', '.join(sorted(parts))})",
+                        expected_improvement_s=ei, cost_s=cost, types=self._types(parts), parts=sorted(parts))
 
-    def record_cost(self, types: Sequence[str], cost_s: float) -> None:
-        """The measured cost of a reconfiguration the driver applied."""
-        if types and math.isfinite(cost_s):
-            self.costs.record(types, cost_s)
+    def _types(self, parts: dict[str, str]) -> list[str]:
+        """The paper's reconfiguration types of a switch's parts (XLA's compile is type II)."""
+        return sorted({self.space.knobs[name.split("=")[0]].reconfiguration for name in parts})
+
+    def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
+        """The measured cost of a switch the driver applied, and its parts (:attr:`Decision.parts`)."""
+        if parts and math.isfinite(cost_s):
+            self.costs.record(parts, cost_s)
+            if self.phase == "random":
+                self.exploration_spent_s += cost_s

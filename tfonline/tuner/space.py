@@ -208,3 +208,27 @@ def _other(name: str) -> str:
 def reconfiguration_types(space: KnobSpace, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """The paper's reconfiguration types a change from ``old`` to ``new`` involves, sorted."""
     return sorted({space.knobs[name].reconfiguration for name in space.knobs if old.get(name) != new.get(name)})
+
+
+# Knobs whose switch costs depend on the value switched to, and the value
+# that costs nothing extra: turning XLA on compiles the graph at the first
+# step, turning it off does not.
+COMPILING_KNOBS = {"global_jit_level": "OFF"}
+
+
+def switch_parts(space: KnobSpace, old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
+    """What a switch from ``old`` to ``new`` changes, in the parts whose costs the tuner learns.
+
+    Each changed knob is a part, named after the knob, of its reconfiguration
+    type; but a switch of a :data:`COMPILING_KNOBS` knob to a compiling value
+    is the part ``"knob=value"`` of type ``"compile"``.
+    """
+    parts = {}
+    for name, knob in space.knobs.items():
+        if old.get(name) == new.get(name):
+            continue
+        if name in COMPILING_KNOBS and new.get(name) != COMPILING_KNOBS[name]:
+            parts[f"{name}={new[name]}"] = "compile"
+        else:
+            parts[name] = knob.reconfiguration
+    return parts

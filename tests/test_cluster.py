@@ -1,0 +1,64 @@
+"""The embedded cluster's processes: nodes forked from one fork server, or one process per node."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+from conftest import node_processes
+
+from tfonline.cluster import LocalCluster, NodeThreads
+from tfonline.exceptions import ClusterError, NodeFailedError
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("fork_server", [True, False])
+def test_nodes_restart_with_new_thread_pools_and_stop_with_the_cluster(fork_server):
+    with LocalCluster(2, fork_server=fork_server) as cluster:
+        first = [s["pid"] for s in cluster.served]
+        parents = {_parent(pid) for pid in first}
+        if fork_server:
+            (server,) = parents  # both nodes are forks of one process ...
+            assert server != os.getpid()  # ... that is not the driver
+        else:
+            assert parents == {os.getpid()}
+        cluster.set_threads_of({0: NodeThreads(1, 1), 1: NodeThreads(1, 2)})
+        assert [s["pid"] for s in cluster.served] != first
+        assert [(s["intra_op_parallelism_threads"], s["inter_op_parallelism_threads"]) for s in cluster.served] == [
+            (1, 1),
+            (1, 2),
+        ]
+        assert {_parent(s["pid"]) for s in cluster.served} == parents
+        cluster.check_alive()
+        assert node_processes(os.getpid())
+    assert node_processes(os.getpid()) == set()
+
+
+def test_a_forked_node_that_exits_is_reported_with_its_exit_code():
+    with LocalCluster(2) as cluster:
+        os.kill(cluster.served[1]["pid"], 15)
+        with pytest.raises(NodeFailedError, match=r"node 1 \(127.0.0.1:\d+\) died during the job with exit code -15"):
+            for _ in range(200):  # the fork server reports an exit within ~50 ms
+                cluster.check_alive()
+                time.sleep(0.05)
+    assert node_processes(os.getpid()) == set()
+
+
+@pytest.mark.parametrize(
+    "fork_server, message",
+    [
+        (True, r"the fork server exited with code 1; log: "),
+        (False, r"node 0 \(127.0.0.1:\d+\) exited with code 1 before 'imported'; log: "),
+    ],
+)
+def test_a_node_process_that_cannot_start_is_a_cluster_error(monkeypatch, fork_server, message):
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(ClusterError, match=message):
+        LocalCluster(2, fork_server=fork_server)
+    assert node_processes(os.getpid()) == set()
