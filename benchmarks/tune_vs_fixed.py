@@ -2,6 +2,7 @@
 
     python benchmarks/tune_vs_fixed.py [--db bench-runs/tune.db] [--pairs 1] [--start layout|xla]
                                        [--learning-rate 0.02] [--random-settings 10]
+                                       [--exploration-budget F]
                                        [--pin global_jit_level=OFF ...]
 
 The job is the LogR example with Adagrad at a smaller learning rate (0.02:
@@ -60,6 +61,8 @@ def main(argv=None) -> int:
     parser.add_argument("--start", choices=sorted(STARTS), default="layout", help="the poor starting setting")
     parser.add_argument("--learning-rate", type=float, default=LongLogR.learning_rate)
     parser.add_argument("--random-settings", type=int, default=10)
+    parser.add_argument("--exploration-budget", type=float, default=None,
+                        help="the tuning option of that name (default: tfonline's)")
     parser.add_argument("--pin", action="append", default=[], metavar="KNOB=VALUE",
                         help="pin a knob of the tuning space (e.g. global_jit_level=OFF); repeatable")
     args = parser.parse_args(argv)
@@ -69,6 +72,9 @@ def main(argv=None) -> int:
     for pin in args.pin:
         name, _, value = pin.partition("=")
         space[name] = int(value) if value.isdigit() else {"True": True, "False": False}.get(value, value)
+    tuning = {"random_settings": args.random_settings, "resume": False}
+    if args.exploration_budget is not None:
+        tuning["exploration_budget"] = args.exploration_budget
     ratios = []
     with LocalCluster() as cluster:
         for pair in range(args.pairs):
@@ -76,7 +82,7 @@ def main(argv=None) -> int:
             fixed = LongLogR().run(setting=start, db=args.db, cluster=cluster, quiet=True)
             tuned = LongLogR().run(setting=start, tune=True, db=args.db, cluster=cluster, quiet=True,
                                    space=space or None,
-                                   tuning={"random_settings": args.random_settings, "resume": False})
+                                   tuning=tuning)
             repo = Repository(args.db, create=False)
             (overhead,) = [j["tuning_overhead_s"] for j in repo.jobs() if j["id"] == tuned.job_id]
             repo.close()

@@ -73,7 +73,7 @@ def test_a_second_run_resumes_tuning(tuned):
 @pytest.mark.parametrize("kwargs, message", [
     (dict(tune=True, space={"worker": 9}), r"knob worker must be in \[1, 2\], got 9"),
     (dict(tune=True, space={"cores": 2}), "space names an unknown knob 'cores'"),
-    (dict(tune=True, tuning={"random": 3}), "unknown tuning option 'random'; known options: initial_iterations"),
+    (dict(tune=True, tuning={"random": 3}), "unknown tuning option 'random'; known options: exploration_budget, initial_iterations"),
     (dict(tune=True, tuning={"initial_iterations": 0}), "initial_iterations must be an integer >= 1, got 0"),
     (dict(tune=True, tuning={"exploration_budget": -0.5}),
      "exploration_budget must be a fraction between 0 and 1, or None, got -0.5"),
