@@ -183,3 +183,14 @@ def test_invalid_loop_options(kwargs, message):
     space = sim.space()
     with pytest.raises(ConfigurationError, match=message):
         TuningManager(space, space.start({}), 0.3, lambda: get_estimator("hogwild"), **kwargs)
+
+
+def test_the_gp_window_keeps_the_latest_observations_and_one_of_every_older_setting():
+    from tfonline.tuner._gpyopt import window
+
+    a, b, c = ({"ps": i} for i in (1, 2, 3))
+    old = [Observation(a, 0.9, 10.0), Observation(b, 0.8, 9.0), Observation(a, 0.7, 8.0)]
+    recent = [Observation(c, 0.6 - 0.01 * i, 7.0) for i in range(5)]
+    assert window(old + recent, size=5) == [old[1], old[2]] + recent  # a's latest, b's only, then the recent
+    assert window(recent, size=5) == recent
+    assert window(old + recent + [Observation(a, 0.5, 6.0)], size=5)[0] == old[1]  # a is recent again
