@@ -179,12 +179,17 @@ class _Process:
             return line.strip()
 
     def log_tail(self, n: int = 3) -> str:
-        try:
-            with open(self.log_path, errors="replace") as f:
-                lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith(("I0000", "WARNING: All log"))]
-        except OSError:
-            return ""
-        return " | ".join(lines[-n:])
+        return _log_tail(self.log_path, n)
+
+
+def _log_tail(path: str, n: int = 3) -> str:
+    """The last ``n`` meaningful lines of a node's log, joined by " | "."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith(("I0000", "WARNING: All log"))]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
 
 
 class _ForkedPopen:
@@ -267,7 +272,7 @@ class _ForkServer:
         return message
 
     def _log_tail(self) -> str:
-        return _Process(self.popen, self.log_path).log_tail()
+        return _log_tail(self.log_path)
 
     def wait_imported(self, deadline: float) -> None:
         self._reply(deadline, "import TensorFlow")

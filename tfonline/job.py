@@ -149,8 +149,8 @@ class MLJobFramework:
 
             if tuning is not None and not isinstance(tuning, dict):
                 raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
-            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s", "exploration_budget",
-                     "resume"}
+            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s",
+                     "exploration_budget", "resume"}
             unknown = sorted(set(tuning or {}) - known)
             if unknown:
                 raise ConfigurationError(

@@ -40,7 +40,7 @@ import numpy as np
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
-from tfonline.tuner.space import KnobSpace, switch_parts
+from tfonline.tuner.space import KnobSpace, reconfiguration_types, switch_parts
 
 # Before any switch that changed a part (see switch_parts) has been measured,
 # the part is taken to cost this many seconds, by its type: about what
@@ -288,7 +288,8 @@ class TuningManager:
                     return Decision("random", current, candidate, candidate != current,
                                     f"initialisation: random setting {self.random_done} of "
                                     f"{self.random_settings}{budget}",
-                                    cost_s=cost, types=self._types(parts), parts=sorted(parts))
+                                    cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
+                                    parts=sorted(parts))
                 self._random_ended = (f"exploration budget spent after {self.random_done} random setting(s) "
                                       f"(no untried setting's switch fits the {left:.3g} s left); ")
             self.phase = "online"
@@ -342,11 +343,9 @@ class TuningManager:
         verdict = "exceeds" if ei > cost else "does not exceed"
         return Decision("online", current, candidate, ei > cost,
                         f"EI {ei:.3g} s {verdict} the estimated cost {cost:.3g} s ({', '.join(sorted(parts))})",
-                        expected_improvement_s=ei, cost_s=cost, types=self._types(parts), parts=sorted(parts))
+                        expected_improvement_s=ei, cost_s=cost,
+                        types=reconfiguration_types(self.space, current, candidate), parts=sorted(parts))
 
-    def _types(self, parts: dict[str, str]) -> list[str]:
-        """The paper's reconfiguration types of a switch's parts (XLA's compile is type II)."""
-        return sorted({self.space.knobs[name.split("=")[0]].reconfiguration for name in parts})
 
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The measured cost of a switch the driver applied, and its parts (:attr:`Decision.parts`)."""
