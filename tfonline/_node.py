@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import sys
 
@@ -95,7 +94,6 @@ def _become_node(sock: socket.socket, fds: list[int]) -> None:
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)

@@ -265,14 +265,11 @@ class _ForkServer:
         try:
             message = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            raise ClusterError(f"the fork server did not {what} in time; log: {self._log_tail()}") from None
+            raise ClusterError(f"the fork server did not {what} in time; log: {_log_tail(self.log_path)}") from None
         if message is None:
             code = self.popen.wait()
-            raise ClusterError(f"the fork server exited with code {code}; log: {self._log_tail()}")
+            raise ClusterError(f"the fork server exited with code {code}; log: {_log_tail(self.log_path)}")
         return message
-
-    def _log_tail(self) -> str:
-        return _log_tail(self.log_path)
 
     def wait_imported(self, deadline: float) -> None:
         self._reply(deadline, "import TensorFlow")
@@ -298,7 +295,7 @@ class _ForkServer:
         if pid in self._exits:
             return self._exits[pid]
         if self.popen.poll() is not None and not _pid_alive(pid):
-            return self._exits.get(pid, -1)  # exited after the fork server: code unknown
+            return -1  # exited after the fork server did: its code is unknown
         return None
 
     def stop(self) -> None:
@@ -473,7 +470,7 @@ class LocalCluster(Cluster):
             for i in todo:
                 self._threads[i] = changes[i]
                 self._procs[i] = None
-            self._end_all([p for p in old if p is not None])
+            self._end_all(old)
             self._start_nodes(todo)
 
     def restart_node(self, index: int) -> float:
@@ -519,8 +516,9 @@ class LocalCluster(Cluster):
                 pass
 
     @classmethod
-    def _end_all(cls, procs: list[_Process]) -> None:
+    def _end_all(cls, procs: list[_Process | None]) -> None:
         """Ends several nodes side by side: every stdin is closed before waiting for any."""
+        procs = [p for p in procs if p is not None]
         for p in procs:
             try:
                 p.popen.stdin.close()
@@ -535,7 +533,7 @@ class LocalCluster(Cluster):
             if self._stopped:
                 return
             self._stopped = True
-            self._end_all([p for p in self._procs if p is not None])
+            self._end_all(self._procs)
             self._procs = [None] * len(self.addresses)
             if self._fork_server is not None:
                 self._fork_server.stop()

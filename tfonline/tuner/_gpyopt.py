@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tfonline.setting import setting_key
 from tfonline.tuner.space import KnobSpace
 
 _gpyopt = None
@@ -70,17 +71,13 @@ def window(observations: Sequence[Observation], size: int = MAX_OBSERVATIONS) ->
     if len(observations) <= size:
         return observations
     recent = observations[-size:]
-    seen = {_key(o.setting) for o in recent}
+    seen = {setting_key(o.setting) for o in recent}
     kept = []
     for o in reversed(observations[:-size]):
-        if _key(o.setting) not in seen:
-            seen.add(_key(o.setting))
+        if setting_key(o.setting) not in seen:
+            seen.add(setting_key(o.setting))
             kept.append(o)
     return kept[::-1] + recent
-
-
-def _key(setting: dict[str, Any]) -> tuple:
-    return tuple(sorted((k, repr(v)) for k, v in setting.items()))
 
 
 @dataclass(frozen=True)

@@ -216,7 +216,6 @@ class TuningManager:
         self.exploration_budget = exploration_budget
         self.exploration_budget_s: float | None = None  # set from the first usable triple
         self.exploration_spent_s = 0.0
-        self._random_ended = ""
         self.stretch = 1
         self.rng = random.Random(seed)
         self.optimizer = GPOptimizer(space, seed) if space.free else None
@@ -278,48 +277,50 @@ class TuningManager:
             self.exploration_budget_s = self.exploration_budget * self.triples[-1].remaining_s
         if self.phase == "initial":
             self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
+        ended = ""
         if self.phase == "random":
             if self.random_done < self.random_settings:
-                candidate, cost, left = self._draw(current)
+                candidate, parts, cost, left = self._draw(current)
                 if candidate is not None:
                     self.random_done += 1
-                    parts = switch_parts(self.space, current, candidate)
                     budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
                     return Decision("random", current, candidate, candidate != current,
                                     f"initialisation: random setting {self.random_done} of "
                                     f"{self.random_settings}{budget}",
                                     cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
                                     parts=sorted(parts))
-                self._random_ended = (f"exploration budget spent after {self.random_done} random setting(s) "
-                                      f"(no untried setting's switch fits the {left:.3g} s left); ")
+                ended = (f"exploration budget spent after {self.random_done} random setting(s) "
+                         f"(no untried setting's switch fits the {left:.3g} s left); ")
             self.phase = "online"
         decision = self._online(run)
-        decision.reason, self._random_ended = self._random_ended + decision.reason, ""
+        decision.reason = ended + decision.reason
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
-    def _draw(self, current: dict[str, Any], tries: int = 64) -> tuple[dict[str, Any] | None, float, float | None]:
+    def _draw(self, current: dict[str, Any], tries: int = 64):
         """A random untried setting whose switch fits the exploration budget left.
 
-        Returns (setting or None, its estimated cost, the budget left or None
-        when unlimited). Draws are uniform over the space; with a budget, they
-        are uniform over the ``tries`` draws whose estimated cost fits it.
+        Returns (setting or None, its switch's parts, their estimated cost,
+        the budget left or None when unlimited). Draws are uniform over the
+        space; with a budget, they are uniform over the ``tries`` draws whose
+        estimated cost fits it.
         """
         tried = [t.setting for t in self.triples] + [current]
         if self.exploration_budget_s is None:
             candidate = self.space.sample(self.rng, exclude=tried)
-            return candidate, self.costs.estimate(switch_parts(self.space, current, candidate)), None
+            parts = switch_parts(self.space, current, candidate)
+            return candidate, parts, self.costs.estimate(parts), None
         left = max(0.0, self.exploration_budget_s - self.exploration_spent_s)
         fitting = []
         for _ in range(tries):
             candidate = self.space.sample(self.rng, exclude=tried)
-            cost = self.costs.estimate(switch_parts(self.space, current, candidate))
+            parts = switch_parts(self.space, current, candidate)
+            cost = self.costs.estimate(parts)
             if candidate not in tried and cost <= left:
-                fitting.append((candidate, cost))
+                fitting.append((candidate, parts, cost))
         if not fitting:
-            return None, 0.0, left
-        candidate, cost = self.rng.choice(fitting)
-        return candidate, cost, left
+            return None, {}, 0.0, left
+        return (*self.rng.choice(fitting), left)
 
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
