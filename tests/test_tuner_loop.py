@@ -143,24 +143,54 @@ def test_a_switch_turning_xla_on_is_a_compile_part():
     assert switch_parts(space, base, base) == {}
 
 
-def test_the_random_phase_stays_within_its_exploration_budget():
+def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
+    """Switch costs of 2 s against a 10% budget: random settings and EI-only switches are
+    drawn while their cost fits what is left; switches that confidently pay are made anyway."""
     space = sim.space()
     manager = sim.make_manager(space, 0, exploration_budget=0.1)
+    manager.target_loss = 0.305
     job = sim.SimulatedJob(0)
     job.switch_cost_s = 2.0
-    decisions = sim.drive(manager, job, 14)
-    budget = manager.exploration_budget_s
-    assert budget is not None and budget == pytest.approx(0.1 * manager.triples[0].remaining_s)
+    decisions, lefts = [], []
+    for _ in range(30):
+        decision = manager.on_segment_end(job.run_segment(manager.current, manager.segment_length()))
+        decisions.append(decision)
+        lefts.append(manager.exploration_left())  # what the decision saw: nothing is charged before the switch
+        if decision.switch:
+            job.clock += job.switch_cost_s
+            manager.record_cost(decision.parts, job.switch_cost_s)
+    exploring = [(d, left) for d, left in zip(decisions, lefts)
+                 if d.switch and (d.phase == "random" or d.reason.startswith("explore:"))]
+    assert exploring and all(d.cost_s <= left + 1e-9 for d, left in exploring)
     random_ones = [d for d in decisions if d.phase == "random"]
-    assert 1 <= len(random_ones) < 10  # the budget ended the phase early
-    assert manager.exploration_spent_s == pytest.approx(2.0 * len(random_ones))
-    spent = 0.0
-    for d in random_ones:
-        assert d.cost_s <= budget - spent + 1e-9 and "left to explore" in d.reason
-        spent += 2.0
-    first_online = decisions[len(random_ones)]
-    assert first_online.phase == "online"
-    assert first_online.reason.startswith(f"exploration budget spent after {len(random_ones)} random setting(s)")
+    assert 1 <= len(random_ones) < 10 and all("left to explore" in d.reason for d in random_ones)
+    assert decisions[len(random_ones)].reason.startswith(
+        f"exploration budget spent after {len(random_ones)} random setting(s)")
+    # Each exploring switch's cost is charged, and at most its segment's length on top.
+    charged = 2.0 * len(exploring)
+    assert charged <= manager.exploration_spent_s <= charged + len(exploring) * 40 * 0.08
+    exploits = [d for d in decisions if d.switch and d.reason.startswith("exploit")]
+    assert exploits and all(d.expected_improvement_s is not None and d.cost_s < 1e3 for d in exploits)
+    assert sim.time_per_progress(manager.current) < 0.5 * sim.time_per_progress(decisions[0].current)
+
+
+def test_with_no_budget_only_confident_gains_switch():
+    """A resumed job whose history shows a clearly better setting moves to it, without any exploration."""
+    space = sim.space()
+    slow = sim.make_manager(space, 0).current
+    fast = space.start({"ps": 1, "worker": 3, "intra_op_parallelism_threads": 4,
+                        "inter_op_parallelism_threads": 2, "global_jit_level": "OFF"})
+    history = []
+    for i in range(6):
+        loss = 0.6 - 0.02 * i
+        for setting in (slow, fast):
+            per_iteration = sim.time_per_progress(setting)
+            history.append(Triple(setting, loss, per_iteration, 1000.0, 1000.0 * per_iteration))
+    manager = sim.make_manager(space, 0, exploration_budget=0.0, history=history, random_settings=3)
+    decisions = sim.drive(manager, sim.SimulatedJob(0), 8)
+    assert decisions[0].switch and decisions[0].candidate == fast
+    assert decisions[0].reason.startswith("exploit")
+    assert not any(d.reason.startswith("explore:") for d in decisions)
 
 
 def test_without_a_budget_the_random_phase_runs_all_its_settings():

@@ -81,11 +81,23 @@ def window(observations: Sequence[Observation], size: int = MAX_OBSERVATIONS) ->
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """The GP's view of one setting against the current one, at the current loss."""
+
+    setting: dict[str, Any]
+    remaining_s: float  # the GP's mean R̂ (the exp of its mean log R̂)
+    gain_s: float  # the current setting's mean R̂ minus this one's: what a switch is predicted to save
+    confidence: float  # P(this setting's latent log R̂ is below the current one's), covariance included
+
+
+@dataclass(frozen=True)
 class Suggestion:
     setting: dict[str, Any]
     expected_improvement_s: float  # EI at the suggestion, in seconds of remaining time
     predicted_s: float  # the GP's mean remaining time at the suggestion
     current_s: float  # the GP's mean remaining time of the current setting
+    confidence: float = 0.5  # P(the suggestion is better than the current setting)
+    best_known: Prediction | None = None  # the observed setting (not the current) predicted best at the loss
 
 
 class GPOptimizer:
@@ -165,14 +177,22 @@ class GPOptimizer:
             bo, y = self._model(observations, loss)
             x = bo.suggest_next_locations(context={"loss": float(loss)})
             setting = self.space.decode(x[0][:-1])
-            mean, sd = self._predict(bo, y, setting, loss)
-            current_mean, _ = self._predict(bo, y, current, loss)
-        gain = _expected_improvement(current_mean, mean, sd)
-        current_s = math.exp(current_mean)
-        return Suggestion(setting, current_s * (1 - math.exp(-gain)), math.exp(mean), current_s)
+            seen = {setting_key(current): current}
+            for o in observations:
+                seen.setdefault(setting_key(o.setting), o.setting)
+            known = [s for key, s in seen.items() if key != setting_key(current)]
+            mean, cov = self._predict(bo, y, [current, setting] + known, loss)
+        predictions = [_against(s, m, mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
+                       for i, (s, m) in enumerate(zip([current, setting] + known, mean)) if i > 0]
+        gain = _expected_improvement(mean[0], mean[1], math.sqrt(max(cov[1, 1], 0.0)))
+        current_s = math.exp(mean[0])
+        best_known = min(predictions[1:], key=lambda p: p.remaining_s, default=None)
+        return Suggestion(setting, current_s * (1 - math.exp(-gain)), predictions[0].remaining_s, current_s,
+                          predictions[0].confidence, best_known)
 
-    def _predict(self, bo, y: np.ndarray, setting: dict[str, Any], loss: float) -> tuple[float, float]:
-        """The GP's mean and SD of the latent log R̂ (measurement noise left out) for one setting at ``loss``.
+    def _predict(self, bo, y: np.ndarray, settings: Sequence[dict[str, Any]],
+                 loss: float) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's means and covariance of the latent log R̂ (measurement noise left out) of settings at ``loss``.
 
         A switch gains what the setting's true R̂ is better by; the noise of
         one segment's measurement is not something a switch can win. With
@@ -180,10 +200,22 @@ class GPOptimizer:
         the noise SD × R̂, more than a cheap switch's cost, and the job hopped
         between settings that differ in nothing that matters.
         """
-        zipped = np.array([self.space.encode(setting) + [float(loss)]], dtype=float)
-        mean, sd = bo.model.predict(bo.space.unzip_inputs(zipped), with_noise=False)
+        zipped = np.array([self.space.encode(s) + [float(loss)] for s in settings], dtype=float)
+        inputs = bo.space.unzip_inputs(zipped)
+        mean, _ = bo.model.predict(inputs, with_noise=False)
+        cov = bo.model.predict_covariance(inputs, with_noise=False)
         scale = float(np.std(y)) or 1.0
-        return float(np.ravel(mean)[0]) * scale + float(np.mean(y)), float(np.ravel(sd)[0]) * scale
+        return np.ravel(mean) * scale + float(np.mean(y)), np.atleast_2d(cov) * scale * scale
+
+
+def _against(setting: dict[str, Any], mean: float, current_mean: float, variance: float) -> Prediction:
+    """A setting's :class:`Prediction` from its mean, the current setting's, and the variance of their difference."""
+    sd = math.sqrt(max(variance, 0.0))
+    if sd > 0:
+        confidence = 0.5 * math.erfc(-(current_mean - mean) / sd / math.sqrt(2))
+    else:
+        confidence = 1.0 if mean < current_mean else 0.0
+    return Prediction(setting, math.exp(mean), math.exp(current_mean) - math.exp(mean), confidence)
 
 
 def _expected_improvement(incumbent: float, mean: float, sd: float) -> float:
