@@ -12,7 +12,9 @@ Phases:
 1. ``initial``: ``initial_iterations`` (I0) iterations under the starting
    setting.
 2. ``random``: ``random_settings`` (N, the paper's 10) random settings of the
-   space, each for one segment.
+   space, each for one segment. When none fits the exploration budget left,
+   the job waits (it may still exploit, as online) and draws again later:
+   the budget grows with the job.
 3. ``online``: every segment, the GP is refitted and EI maximised at the
    current loss. The job switches when the switch confidently pays by the
    GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
@@ -294,24 +296,26 @@ class TuningManager:
         current = self.current
         if self.phase == "initial":
             self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
-        ended = ""
-        if self.phase == "random":
-            if self.random_done < self.random_settings:
-                candidate, parts, cost, left = self._draw(current)
-                if candidate is not None:
-                    self.random_done += 1
-                    self._explore(exploring_from)
-                    budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
-                    return Decision("random", current, candidate, candidate != current,
-                                    f"initialisation: random setting {self.random_done} of "
-                                    f"{self.random_settings}{budget}",
-                                    cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
-                                    parts=sorted(parts))
-                ended = (f"exploration budget spent after {self.random_done} random setting(s) "
-                         f"(no untried setting's switch fits the {left:.3g} s left); ")
+        elif self.phase == "random" and self.random_done >= self.random_settings:
             self.phase = "online"
-        decision = self._online(run, exploring_from)
-        decision.reason = ended + decision.reason
+        if self.phase == "random":
+            candidate, parts, cost, left = self._draw(current)
+            if candidate is not None:
+                self.random_done += 1
+                self._explore(exploring_from)
+                self.stretch = 1
+                budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
+                return Decision("random", current, candidate, candidate != current,
+                                f"initialisation: random setting {self.random_done} of {self.random_settings}{budget}",
+                                cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
+                                parts=sorted(parts))
+            # The budget grows with the job (exploration_left): draw again later.
+            decision = self._online(run, exploring_from, explore=False)
+            decision.phase = "random"
+            decision.reason = (f"random setting {self.random_done + 1} of {self.random_settings} waits: no untried "
+                               f"setting's switch fits the {left:.3g} s of exploration budget left; {decision.reason}")
+        else:
+            decision = self._online(run, exploring_from)
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
@@ -319,9 +323,14 @@ class TuningManager:
         """A random untried setting whose switch fits the exploration budget left.
 
         Returns (setting or None, its switch's parts, their estimated cost,
-        the budget left or None when unlimited). Draws are uniform over the
-        space; with a budget, they are uniform over the ``tries`` draws whose
-        estimated cost fits it.
+        the budget left or None when unlimited). Without a budget, draws are
+        uniform over the space. With one, ``tries`` uniform draws are made,
+        those whose estimated cost does not fit are dropped, and of the rest
+        one with the most *new values* (a knob at a value no tried setting
+        had) is taken: cheap switches change few knobs, and without this a
+        small budget spends itself on thread and optimizer knobs, and the
+        GP never sees the layout vary (measured on LogR: three random
+        settings, all at the starting layout).
         """
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
@@ -335,15 +344,17 @@ class TuningManager:
             parts = switch_parts(self.space, current, candidate)
             cost = self.costs.estimate(parts)
             if candidate not in tried and cost <= left:
-                fitting.append((candidate, parts, cost))
+                new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
+                fitting.append((new, candidate, parts, cost))
         if not fitting:
             return None, {}, 0.0, left
-        return (*self.rng.choice(fitting), left)
+        most = max(f[0] for f in fitting)
+        return (*self.rng.choice([f[1:] for f in fitting if f[0] == most]), left)
 
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
 
-    def _online(self, run: SegmentRun, exploring_from: float | None) -> Decision:
+    def _online(self, run: SegmentRun, exploring_from: float | None, explore: bool = True) -> Decision:
         """Refit, then: exploit when a switch confidently pays, else explore by EI within the budget, else stay.
 
         Two candidates are weighed: s*, the EI maximiser, and the setting
@@ -387,6 +398,10 @@ class TuningManager:
             return Decision("online", current, suggestion.setting, False, "the best setting by EI is the current one",
                             expected_improvement_s=ei, cost_s=0.0)
         _, parts, cost = priced[0]
+        if not explore:
+            return Decision("online", current, suggestion.setting, False,
+                            f"no switch is sure to pay (EI of s* {ei:.3g} s, its estimated cost {cost:.3g} s)",
+                            expected_improvement_s=ei, cost_s=cost)
         if not ei > cost:
             return Decision("online", current, suggestion.setting, False,
                             f"EI {ei:.3g} s does not exceed the estimated cost {cost:.3g} s ({', '.join(sorted(parts))})",
