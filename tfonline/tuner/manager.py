@@ -46,6 +46,7 @@ import numpy as np
 
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
+from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, Prediction
 from tfonline.tuner.space import KnobSpace, reconfiguration_types, switch_parts
 
@@ -226,7 +227,7 @@ class TuningManager:
         self.exploration_budget = exploration_budget
         self.exploration_spent_s = 0.0
         self._charge_cost = False  # the switch being applied explores: its cost goes to the budget
-        self._explored_from: float | None = None  # per-iteration time of the setting an exploration left
+        self._explore_reference: float | None = None  # per-iteration time an exploring segment is measured against
         self._walls: list[float] = []  # the first and the latest wall time seen
         self.stretch = 1
         self.rng = random.Random(seed)
@@ -266,8 +267,7 @@ class TuningManager:
         if len(run.walls):
             self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
         self._charge_lost_time(triple, run)
-        exploring_from, self._explored_from = self._explored_from, None
-        decision = self._decide(run, exploring_from)
+        decision = self._decide(run)
         decision.overhead_s = time.perf_counter() - started
         self.overhead_s += decision.overhead_s
         if decision.switch:
@@ -292,7 +292,7 @@ class TuningManager:
         """Wall time from the first iteration this manager saw to the latest."""
         return self._walls[1] - self._walls[0] if self._walls else 0.0
 
-    def _decide(self, run: SegmentRun, exploring_from: float | None) -> Decision:
+    def _decide(self, run: SegmentRun) -> Decision:
         current = self.current
         if self.phase == "initial":
             self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
@@ -302,7 +302,7 @@ class TuningManager:
             candidate, parts, cost, left = self._draw(current)
             if candidate is not None:
                 self.random_done += 1
-                self._explore(exploring_from)
+                self._explore()
                 self.stretch = 1
                 budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
                 return Decision("random", current, candidate, candidate != current,
@@ -310,12 +310,12 @@ class TuningManager:
                                 cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
                                 parts=sorted(parts))
             # The budget grows with the job (exploration_left): draw again later.
-            decision = self._online(run, exploring_from, explore=False)
+            decision = self._online(run, explore=False)
             decision.phase = "random"
             decision.reason = (f"random setting {self.random_done + 1} of {self.random_settings} waits: no untried "
                                f"setting's switch fits the {left:.3g} s of exploration budget left; {decision.reason}")
         else:
-            decision = self._online(run, exploring_from)
+            decision = self._online(run)
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
@@ -354,7 +354,7 @@ class TuningManager:
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
 
-    def _online(self, run: SegmentRun, exploring_from: float | None, explore: bool = True) -> Decision:
+    def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
         """Refit, then: exploit when a switch confidently pays, else explore by EI within the budget, else stay.
 
         Two candidates are weighed: s*, the EI maximiser, and the setting
@@ -411,7 +411,7 @@ class TuningManager:
             return Decision("online", current, suggestion.setting, False,
                             f"EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s, but the exploration budget "
                             f"left ({left:.3g} s) does not cover it", expected_improvement_s=ei, cost_s=cost)
-        self._explore(exploring_from)
+        self._explore()
         budget = "" if left is None else f"; {left:.3g} s of exploration budget left"
         return self._switch(suggestion.setting, parts, cost, ei,
                             f"explore: EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s "
@@ -429,7 +429,8 @@ class TuningManager:
         The budget is :attr:`exploration_budget` × the job's estimated length
         (its time so far + the latest R̂), re-estimated at every decision;
         the spending is every exploratory switch's measured cost plus the
-        time its segment lost against the setting it left. An estimator that
+        time its segment lost (or won: a credit) against the best setting
+        seen before it (:meth:`_charge_lost_time`). An estimator that
         is low early (hogwild's R̂ was 3-5× low on LogR after the initial
         phase) allows little at first; as the job outlives its estimate, its
         time so far makes up for it.
@@ -440,21 +441,29 @@ class TuningManager:
         total = self.elapsed_s + (usable[-1].remaining_s if usable else 0.0)
         return max(0.0, self.exploration_budget * total - self.exploration_spent_s)
 
-    def _explore(self, exploring_from: float | None) -> None:
-        """The switch being decided explores: charge its cost, and its segment's lost time, to the budget.
-
-        ``exploring_from``: when the segment that just ended explored too, the
-        per-iteration time of the setting that exploration left; a run of
-        explorations is measured against where it started.
-        """
+    def _explore(self) -> None:
+        """The switch being decided explores: its cost, and its segment's time against the best setting seen, are charged."""
         self._charge_cost = True
-        self._explored_from = exploring_from if exploring_from is not None else self.triples[-1].per_iteration_s
+        self._explore_reference = self.best_per_iteration_s()
+
+    def best_per_iteration_s(self) -> float | None:
+        """The lowest mean time per iteration of any setting seen (each setting's mean over its segments)."""
+        times: dict[str, list[float]] = {}
+        for t in self.triples:
+            if t.per_iteration_s is not None:
+                times.setdefault(setting_key(t.setting), []).append(t.per_iteration_s)
+        return min((float(np.mean(v)) for v in times.values()), default=None)
 
     def _charge_lost_time(self, triple: Triple, run: SegmentRun) -> None:
-        """After an exploring segment: the time it lost against the setting the exploration left."""
-        if self._explored_from is not None and triple.per_iteration_s is not None:
+        """After an exploring segment: the time it lost against the best setting seen before it.
+
+        Negative when it found a faster setting: an exploration that pays
+        for itself leaves budget for the next.
+        """
+        reference, self._explore_reference = self._explore_reference, None
+        if reference is not None and triple.per_iteration_s is not None:
             timed = max(0, len(run.walls) - run.warmup - 1)
-            self.exploration_spent_s += max(0.0, timed * (triple.per_iteration_s - self._explored_from))
+            self.exploration_spent_s += timed * (triple.per_iteration_s - reference)
 
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The measured cost of a switch the driver applied, and its parts (:attr:`Decision.parts`)."""
