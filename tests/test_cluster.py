@@ -65,3 +65,37 @@ def test_a_node_process_that_cannot_start_is_a_cluster_error(monkeypatch, fork_s
     with pytest.raises(ClusterError, match=message):
         LocalCluster(2, fork_server=fork_server)
     assert node_processes(os.getpid()) == before
+
+
+def test_an_aborted_step_is_run_again_but_not_forever_and_other_errors_are_not():
+    import tensorflow as tf
+
+    from tfonline._runner import run_retrying_aborts
+
+    calls = []
+
+    def aborts_twice(fetches):
+        calls.append(fetches)
+        if len(calls) <= 2:
+            raise tf.errors.AbortedError(None, None, "Cleanup called")
+        return 0.5, None
+
+    assert run_retrying_aborts(aborts_twice, ["loss", "train"]) == (0.5, None) and len(calls) == 3
+
+    def always_aborts(fetches):
+        calls.append(fetches)
+        raise tf.errors.AbortedError(None, None, "gone")
+
+    calls.clear()
+    with pytest.raises(tf.errors.AbortedError):
+        run_retrying_aborts(always_aborts, [], retries=2)
+    assert len(calls) == 3
+
+    def invalid(fetches):
+        calls.append(fetches)
+        raise tf.errors.InvalidArgumentError(None, None, "bad feed")
+
+    calls.clear()
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        run_retrying_aborts(invalid, [])
+    assert len(calls) == 1

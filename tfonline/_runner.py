@@ -61,6 +61,9 @@ JOIN_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 5.0
 ESTIMATE_INTERVAL_S = 1.0
 UNAVAILABLE_GRACE_S = 15.0
+# A training step that TensorFlow aborts is run again, up to this many times
+# in a row (see run_retrying_aborts).
+ABORTED_RETRIES = 3
 
 
 @contextlib.contextmanager
@@ -496,7 +499,7 @@ class Runner:
         fetches = [wg.loss, wg.train_op]
         while not (self._stop_event.is_set() or self._pause.is_set()):
             started = time.perf_counter()
-            loss, _ = session.run(fetches)
+            loss, _ = run_retrying_aborts(session.run, fetches)
             self._record_iteration(rank, time.perf_counter() - started, float(loss))
 
     def _sync_loop(self) -> None:
@@ -738,6 +741,26 @@ def _close_session(session) -> None:
     if not _bounded(session.close, "closing a session"):
         # Drop the C handle so the session's __del__ does not block the exit.
         session._session = None
+
+
+def run_retrying_aborts(run, fetches, retries: int = ABORTED_RETRIES):
+    """``run(fetches)``, run again when TensorFlow aborts it, up to ``retries`` times in a row.
+
+    An asynchronous step that fails with ``AbortedError`` can simply be run
+    again: a push that may or may not have been applied is what
+    asynchronous SGD tolerates anyway. ``tf.compat.v1.train.MonitoredSession``
+    treats the error as recoverable too. Seen once here: a fixed job (no
+    switch, no restart) failed at step 12,471 of 13,930 with an
+    ``AbortedError`` from its worker and no message. Synchronous steps are
+    not retried: their accumulators may hold a part of the step.
+    """
+    for attempt in range(retries + 1):
+        try:
+            return run(fetches)
+        except tf.errors.AbortedError as e:
+            if attempt == retries:
+                raise
+            logger.warning("a step was aborted (%s: %s); running it again", type(e).__name__, _essence(e.message))
 
 
 def _essence(message: str) -> str:
