@@ -103,6 +103,10 @@ def test_the_gp_is_seeded_and_contains_gpyopts_side_effects():
     second = GPOptimizer(space, seed=5).suggest(observations, 0.5, observations[0].setting)
     assert first == second and space.contains(first.setting)
     assert first.expected_improvement_s >= 0 and first.current_s > 0
+    current = observations[0].setting
+    held = GPOptimizer(space, seed=5).suggest(observations, 0.5, current, hold=["global_jit_level"])
+    assert len(held.candidates) == 2 and held.candidates[1].setting["global_jit_level"] == current["global_jit_level"]
+    assert all(c.expected_improvement_s >= 0 and 0 <= c.prediction.confidence <= 1 for c in held.candidates)
     assert warnings.filters == filters  # GPyOpt's import-time "ignore everything" did not leak
     assert np.array_equal(np.random.get_state()[1], state)  # nor did its use of NumPy's global generator
 
@@ -161,7 +165,7 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
             job.clock += job.switch_cost_s
             manager.record_cost(decision.parts, job.switch_cost_s)
     exploring = [(d, left) for d, left in zip(decisions, lefts)
-                 if d.switch and d.reason.startswith(("initialisation: random setting", "explore:"))]
+                 if d.switch and d.reason.startswith(("initialisation: random setting", "explore "))]
     assert exploring and all(d.cost_s <= left + 1e-9 for d, left in exploring)
     random_ones = [d for d in decisions if d.reason.startswith("initialisation: random setting")]
     assert 1 <= len(random_ones) < 10 and all("left to explore" in d.reason for d in random_ones)
@@ -197,7 +201,7 @@ def test_with_no_budget_only_confident_gains_switch():
     decisions = sim.drive(manager, sim.SimulatedJob(0), 8)
     assert decisions[0].switch and decisions[0].candidate == fast
     assert decisions[0].reason.startswith("exploit")
-    assert not any(d.reason.startswith("explore:") for d in decisions)
+    assert not any(d.reason.startswith("explore") for d in decisions)
 
 
 def test_without_a_budget_the_random_phase_runs_all_its_settings():

@@ -91,13 +91,27 @@ class Prediction:
 
 
 @dataclass(frozen=True)
-class Suggestion:
+class Candidate:
+    """A setting that maximises EI (over the space, or with some knobs held), and its EI over the current one."""
+
     setting: dict[str, Any]
-    expected_improvement_s: float  # EI at the suggestion, in seconds of remaining time
-    predicted_s: float  # the GP's mean remaining time at the suggestion
+    expected_improvement_s: float  # E[gain over the current setting], in seconds of remaining time
+    prediction: Prediction
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    candidates: list[Candidate]  # s* first, then s* with the held knobs at their current values (if any)
     current_s: float  # the GP's mean remaining time of the current setting
-    confidence: float = 0.5  # P(the suggestion is better than the current setting)
     best_known: Prediction | None = None  # the observed setting (not the current) predicted best at the loss
+
+    @property
+    def setting(self) -> dict[str, Any]:
+        return self.candidates[0].setting
+
+    @property
+    def expected_improvement_s(self) -> float:
+        return self.candidates[0].expected_improvement_s
 
 
 class GPOptimizer:
@@ -159,8 +173,9 @@ class GPOptimizer:
             acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False, optimize_restarts=2)
         return bo, y
 
-    def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any]) -> Suggestion:
-        """The setting with the largest EI at ``loss``, and its expected improvement over ``current`` in seconds.
+    def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
+                hold: Sequence[str] = ()) -> Suggestion:
+        """The setting s* with the largest EI at ``loss``, and its expected improvement over ``current`` in seconds.
 
         GPyOpt's EI (against the best prediction at any observed point)
         chooses the candidate. The gain of *switching* to it is measured
@@ -169,26 +184,37 @@ class GPOptimizer:
         the random phase, or when the job's best setting was seen earlier,
         the current setting is not the incumbent, and EI against the
         incumbent would understate what a switch gains.
+
+        ``hold``: free knobs to hold at their current values for a second
+        candidate (GPyOpt's ``context``), e.g. XLA's level while it is off.
+        s* often lies where one costly knob changes, and a gate that
+        refuses it every time would leave the cheap knobs unexplored.
         """
         if len(observations) < 2:
             raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
         observations = window(observations)
+        contexts = [{"loss": float(loss)}]
+        held = {name: self.space.encode_value(name, current[name]) for name in hold if name in self.space.free}
+        if held:
+            contexts.append(dict(contexts[0], **held))
         with _contained(self.seed, len(observations)):
             bo, y = self._model(observations, loss)
-            x = bo.suggest_next_locations(context={"loss": float(loss)})
-            setting = self.space.decode(x[0][:-1])
+            suggested = [self.space.decode(bo.suggest_next_locations(context=c)[0][:-1]) for c in contexts]
             seen = {setting_key(current): current}
             for o in observations:
                 seen.setdefault(setting_key(o.setting), o.setting)
             known = [s for key, s in seen.items() if key != setting_key(current)]
-            mean, cov = self._predict(bo, y, [current, setting] + known, loss)
-        predictions = [_against(s, m, mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
-                       for i, (s, m) in enumerate(zip([current, setting] + known, mean)) if i > 0]
-        gain = _expected_improvement(mean[0], mean[1], math.sqrt(max(cov[1, 1], 0.0)))
+            settings = [current] + suggested + known
+            mean, cov = self._predict(bo, y, settings, loss)
+        predictions = [_against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
+                       for i, s in enumerate(settings) if i > 0]
         current_s = math.exp(mean[0])
-        best_known = min(predictions[1:], key=lambda p: p.remaining_s, default=None)
-        return Suggestion(setting, current_s * (1 - math.exp(-gain)), predictions[0].remaining_s, current_s,
-                          predictions[0].confidence, best_known)
+        candidates = []
+        for i, setting in enumerate(suggested, start=1):
+            gain = _expected_improvement(mean[0], mean[i], math.sqrt(max(cov[i, i], 0.0)))
+            candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
+        best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
+        return Suggestion(candidates, current_s, best_known)
 
     def _predict(self, bo, y: np.ndarray, settings: Sequence[dict[str, Any]],
                  loss: float) -> tuple[np.ndarray, np.ndarray]:

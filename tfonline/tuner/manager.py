@@ -47,8 +47,8 @@ import numpy as np
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
-from tfonline.tuner._gpyopt import GPOptimizer, Observation, Prediction
-from tfonline.tuner.space import KnobSpace, reconfiguration_types, switch_parts
+from tfonline.tuner._gpyopt import GPOptimizer, Observation
+from tfonline.tuner.space import COMPILING_KNOBS, KnobSpace, reconfiguration_types, switch_parts
 
 # Before any switch that changed a part (see switch_parts) has been measured,
 # the part is taken to cost this many seconds, by its type: about what
@@ -67,6 +67,12 @@ CONFIDENCE = 0.8
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
 TUKEY_K = 3.0
+# The loss a triple and a suggestion are made at is the job's loss *trend*:
+# a straight line fitted to the latest this many iterations, read at the
+# segment's start (or end). A smoothed minibatch loss is too noisy for this:
+# on LogR, segments a few hundred iterations apart started at 0.57 and 0.67
+# with the trend near 0.62, and R̂ at a loss under the target is 0.
+TREND_ITERATIONS = 500
 
 
 @dataclass
@@ -134,6 +140,19 @@ def per_iteration_time(walls: np.ndarray, warmup: int) -> float | None:
     q1, q3 = np.percentile(gaps, [25, 75])
     kept = gaps[gaps <= q3 + TUKEY_K * (q3 - q1)]
     return float(kept.mean()) if kept.size else float(gaps.mean())
+
+
+def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
+               iterations: int = TREND_ITERATIONS) -> float:
+    """The least-squares line through the latest ``iterations`` losses, read at ``at_step``."""
+    steps = np.asarray(steps[-iterations:], dtype=float)
+    losses = np.asarray(losses[-iterations:], dtype=float)
+    usable = np.isfinite(losses)
+    steps, losses = steps[usable], losses[usable]
+    if steps.size < 3 or np.ptp(steps) == 0:
+        return float(np.mean(losses)) if losses.size else math.nan
+    slope, intercept = np.polyfit(steps, losses, 1)
+    return float(slope * at_step + intercept)
 
 
 class CostModel:
@@ -275,17 +294,29 @@ class TuningManager:
         return decision
 
     def triple(self, run: SegmentRun) -> Triple:
-        """``(setting, loss before, R̂ = mean time per iteration × estimated iterations left)``."""
+        """``(setting, loss before, R̂ = mean time per iteration × estimated iterations left)``.
+
+        The loss before is the job's loss trend at the segment's start
+        (:func:`loss_trend`) once the job has a history, else the driver's
+        smoothed loss. A triple whose loss is already at the target has no
+        R̂ to learn from (0, whose log the GP cannot take) and is not usable.
+        """
+        loss_before = run.loss_before
+        if self.job_steps:
+            loss_before = loss_trend(self.job_steps, self.job_losses, run.steps[0] - 1)
         per_iteration_s = per_iteration_time(run.walls, run.warmup)
         if per_iteration_s is None:
-            return Triple(run.setting, run.loss_before, None, None, None, "fewer than 3 timed iterations")
+            return Triple(run.setting, loss_before, None, None, None, "fewer than 3 timed iterations")
+        if not loss_before > self.target_loss:
+            return Triple(run.setting, loss_before, per_iteration_s, None, None,
+                          f"the loss trend {loss_before:.4g} is already at the target {self.target_loss:g}")
         estimator = self.make_estimator()
         history = (np.array(self.job_steps), np.array(self.job_losses)) if self.job_steps else None
         estimator.fit(run.steps, run.losses, history=history)
-        remaining = estimator.remaining_iterations(run.loss_before, self.target_loss)
+        remaining = estimator.remaining_iterations(loss_before, self.target_loss)
         if remaining is None:
-            return Triple(run.setting, run.loss_before, per_iteration_s, None, None, estimator.reason)
-        return Triple(run.setting, run.loss_before, per_iteration_s, remaining, remaining * per_iteration_s)
+            return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason)
+        return Triple(run.setting, loss_before, per_iteration_s, remaining, remaining * per_iteration_s)
 
     @property
     def elapsed_s(self) -> float:
@@ -357,17 +388,20 @@ class TuningManager:
     def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
         """Refit, then: exploit when a switch confidently pays, else explore by EI within the budget, else stay.
 
-        Two candidates are weighed: s*, the EI maximiser, and the setting
-        seen so far that the GP predicts best at today's loss. A switch to
-        either *exploits* when the GP's mean gain (current R̂ − candidate R̂)
-        exceeds the switch's estimated cost and the GP is at least
-        :data:`CONFIDENCE` sure the candidate is better; the larger net
-        gain wins. Otherwise the paper's gate applies to s*: EI(s*) above
-        the cost, but such a switch *explores* (its gain is uncertainty) and
-        is charged, with the time its segment loses, to the exploration
-        budget. Measured on the LogR job, EI alone made 26 of 28 decisions
-        switch: after a few diverse settings every untried one is uncertain
-        enough for its EI to beat a 1-s switch (NOTES.md).
+        The candidates are s*, the EI maximiser; while XLA is off, s* with
+        XLA held off (turning it on costs a compile, and a gate that refuses
+        s* every time would leave the cheap knobs unexplored); and the
+        setting seen so far that the GP predicts best at today's loss. A
+        switch to one of them *exploits* when the GP's mean gain (current R̂
+        − candidate R̂) exceeds the switch's estimated cost and the GP is at
+        least :data:`CONFIDENCE` sure the candidate is better; the largest
+        net gain wins. Otherwise the paper's gate applies to the EI
+        maximisers: EI above the cost (the largest EI − cost wins), but such
+        a switch *explores* (its gain is uncertainty) and is charged, with
+        the time its segment loses, to the exploration budget. Measured on
+        the LogR job, EI alone made 26 of 28 decisions switch: after a few
+        diverse settings every untried one is uncertain enough for its EI to
+        beat a 1-s switch (NOTES.md).
         """
         current = self.current
         observations = self.usable_observations()
@@ -376,46 +410,48 @@ class TuningManager:
         if len(observations) < 2:
             return Decision("online", current, current, False,
                             f"only {len(observations)} usable observation(s); the GP needs 2")
-        suggestion = self.optimizer.suggest(observations, run.loss_now, current)
+        loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
+        hold = [name for name, off in COMPILING_KNOBS.items() if name in self.space.free and current[name] == off]
+        suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold)
         ei = suggestion.expected_improvement_s
-        options = [Prediction(suggestion.setting, suggestion.predicted_s, suggestion.current_s - suggestion.predicted_s,
-                              suggestion.confidence)]
+        names = ["s*", "s* with XLA held off", "the best setting seen"]
+        options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
         if suggestion.best_known is not None:
-            options.append(suggestion.best_known)
+            options.append((names[2], suggestion.best_known, None))
         priced = []
-        for option in options:
-            parts = switch_parts(self.space, current, option.setting)
+        for name, prediction, option_ei in options:
+            parts = switch_parts(self.space, current, prediction.setting)
             if parts:
-                priced.append((option, parts, self.costs.estimate(parts)))
-        paying = [p for p in priced if p[0].gain_s > p[2] and p[0].confidence >= CONFIDENCE]
+                priced.append((name, prediction, option_ei, parts, self.costs.estimate(parts)))
+        paying = [p for p in priced if p[1].gain_s > p[4] and p[1].confidence >= CONFIDENCE]
         if paying:
-            option, parts, cost = max(paying, key=lambda p: p[0].gain_s - p[2])
-            which = "s* (the EI maximiser)" if option is options[0] else "the best setting seen"
-            return self._switch(option.setting, parts, cost, ei,
-                                f"exploit {which}: predicted gain {option.gain_s:.3g} s exceeds the estimated cost "
-                                f"{cost:.3g} s ({', '.join(sorted(parts))}), {option.confidence:.0%} sure")
-        if not priced or priced[0][0] is not options[0]:
+            name, prediction, _, parts, cost = max(paying, key=lambda p: p[1].gain_s - p[4])
+            return self._switch(prediction.setting, parts, cost, ei,
+                                f"exploit {name}: predicted gain {prediction.gain_s:.3g} s exceeds the estimated cost "
+                                f"{cost:.3g} s ({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
+        by_ei = [p for p in priced if p[2] is not None]
+        if not by_ei:
             return Decision("online", current, suggestion.setting, False, "the best setting by EI is the current one",
                             expected_improvement_s=ei, cost_s=0.0)
-        _, parts, cost = priced[0]
+        name, prediction, ei, parts, cost = max(by_ei, key=lambda p: p[2] - p[4])
         if not explore:
-            return Decision("online", current, suggestion.setting, False,
-                            f"no switch is sure to pay (EI of s* {ei:.3g} s, its estimated cost {cost:.3g} s)",
+            return Decision("online", current, prediction.setting, False,
+                            f"no switch is sure to pay (EI of {name} {ei:.3g} s, its estimated cost {cost:.3g} s)",
                             expected_improvement_s=ei, cost_s=cost)
         if not ei > cost:
-            return Decision("online", current, suggestion.setting, False,
+            return Decision("online", current, prediction.setting, False,
                             f"EI {ei:.3g} s does not exceed the estimated cost {cost:.3g} s ({', '.join(sorted(parts))})",
                             expected_improvement_s=ei, cost_s=cost)
         left = self.exploration_left()
         if left is not None and cost > left:
-            return Decision("online", current, suggestion.setting, False,
+            return Decision("online", current, prediction.setting, False,
                             f"EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s, but the exploration budget "
                             f"left ({left:.3g} s) does not cover it", expected_improvement_s=ei, cost_s=cost)
         self._explore()
         budget = "" if left is None else f"; {left:.3g} s of exploration budget left"
-        return self._switch(suggestion.setting, parts, cost, ei,
-                            f"explore: EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s "
-                            f"({', '.join(sorted(parts))}); predicted gain {options[0].gain_s:.3g} s{budget}")
+        return self._switch(prediction.setting, parts, cost, ei,
+                            f"explore {name}: EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s "
+                            f"({', '.join(sorted(parts))}); predicted gain {prediction.gain_s:.3g} s{budget}")
 
     def _switch(self, candidate, parts, cost, ei, reason) -> Decision:
         return Decision("online", self.current, candidate, True, reason, expected_improvement_s=ei, cost_s=cost,
