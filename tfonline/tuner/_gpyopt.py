@@ -199,7 +199,11 @@ class GPOptimizer:
             contexts.append(dict(contexts[0], **held))
         with _contained(self.seed, len(observations)):
             bo, y = self._model(observations, loss)
-            suggested = [self.space.decode(bo.suggest_next_locations(context=c)[0][:-1]) for c in contexts]
+            suggested = [self.space.decode(bo.suggest_next_locations(context=contexts[0])[0][:-1])]
+            for context in contexts[1:]:
+                # The model is fitted once: only the acquisition is maximised again, in the new context.
+                bo.context = context
+                suggested.append(self.space.decode(bo._compute_next_evaluations()[0][:-1]))
             seen = {setting_key(current): current}
             for o in observations:
                 seen.setdefault(setting_key(o.setting), o.setting)

@@ -329,8 +329,9 @@ class TuningManager:
             self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
         elif self.phase == "random" and self.random_done >= self.random_settings:
             self.phase = "online"
+        ended = ""
         if self.phase == "random":
-            candidate, parts, cost, left = self._draw(current)
+            candidate, parts, cost, left, late = self._draw(current)
             if candidate is not None:
                 self.random_done += 1
                 self._explore()
@@ -340,47 +341,62 @@ class TuningManager:
                                 f"initialisation: random setting {self.random_done} of {self.random_settings}{budget}",
                                 cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
                                 parts=sorted(parts))
-            # The budget grows with the job (exploration_left): draw again later.
-            decision = self._online(run, explore=False)
-            decision.phase = "random"
-            decision.reason = (f"random setting {self.random_done + 1} of {self.random_settings} waits: no untried "
-                               f"setting's switch fits the {left:.3g} s of exploration budget left; {decision.reason}")
-        else:
+            if late:
+                self.phase = "online"
+                ended = (f"random phase ended after {self.random_done} random setting(s): no switch fits "
+                         f"{self.exploration_budget:.0%} of the job's estimated remaining time; ")
+            else:
+                # The budget grows with the job (exploration_left): draw again later.
+                decision = self._online(run, explore=False)
+                decision.phase = "random"
+                decision.reason = (f"random setting {self.random_done + 1} of {self.random_settings} waits: no "
+                                   f"untried setting's switch fits the {left:.3g} s of exploration budget left; "
+                                   f"{decision.reason}")
+        if self.phase == "online":
             decision = self._online(run)
+            decision.reason = ended + decision.reason
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
     def _draw(self, current: dict[str, Any], tries: int = 64):
-        """A random untried setting whose switch fits the exploration budget left.
+        """A random untried setting whose switch fits the exploration budget.
 
         Returns (setting or None, its switch's parts, their estimated cost,
-        the budget left or None when unlimited). Without a budget, draws are
-        uniform over the space. With one, ``tries`` uniform draws are made,
-        those whose estimated cost does not fit are dropped, and of the rest
-        one with the most *new values* (a knob at a value no tried setting
-        had) is taken: cheap switches change few knobs, and without this a
-        small budget spends itself on thread and optimizer knobs, and the
-        GP never sees the layout vary (measured on LogR: three random
-        settings, all at the starting layout).
+        the budget left or None when unlimited, whether the job is too far
+        along for any draw). Without a budget, draws are uniform over the
+        space. With one, ``tries`` uniform draws are made, and those whose
+        estimated cost exceeds the budget left, or the budget's fraction of
+        the job's estimated remaining time (a setting found late has little
+        time left to pay off), are dropped. Of the rest, one with the most
+        *new values* (a knob at a value no tried setting had) is taken:
+        cheap switches change few knobs, and without this a small budget
+        spends itself on thread and optimizer knobs, and the GP never sees
+        the layout vary (measured on LogR: three random settings, all at the
+        starting layout).
         """
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
         if left is None:
             candidate = self.space.sample(self.rng, exclude=tried)
             parts = switch_parts(self.space, current, candidate)
-            return candidate, parts, self.costs.estimate(parts), None
-        fitting = []
+            return candidate, parts, self.costs.estimate(parts), None, False
+        usable = [t for t in self.triples if t.usable]
+        cap = self.exploration_budget * usable[-1].remaining_s if usable else math.inf
+        fitting, late = [], True
         for _ in range(tries):
             candidate = self.space.sample(self.rng, exclude=tried)
             parts = switch_parts(self.space, current, candidate)
             cost = self.costs.estimate(parts)
-            if candidate not in tried and cost <= left:
+            if candidate in tried or cost > cap:
+                continue
+            late = False
+            if cost <= left:
                 new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
                 fitting.append((new, candidate, parts, cost))
         if not fitting:
-            return None, {}, 0.0, left
+            return None, {}, 0.0, left, late
         most = max(f[0] for f in fitting)
-        return (*self.rng.choice([f[1:] for f in fitting if f[0] == most]), left)
+        return (*self.rng.choice([f[1:] for f in fitting if f[0] == most]), left, False)
 
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
