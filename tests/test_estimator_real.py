@@ -63,7 +63,10 @@ def test_a_job_uses_a_third_party_estimator(site, cluster, db_path):  # noqa: F8
     rows = sqlite3.connect(db_path).execute("select step, estimator, remaining_iterations from estimates").fetchall()
     assert rows and all(name == "halfway" for _, name, _ in rows)
     answered = [(step, remaining) for step, _, remaining in rows if remaining is not None]
-    assert answered and all(remaining == step for step, remaining in answered)  # its answer: as many again
+    # Its answer is the segment's last usable step (one segment, so t is the global step). Cleaning may drop
+    # the latest loss as an outlier, so that step is a recorded one at or before the estimate's step.
+    recorded = {s for (s,) in sqlite3.connect(db_path).execute("select step from iterations")}
+    assert answered and all(remaining <= step and remaining in recorded for step, remaining in answered)
 
 
 def test_an_unknown_estimator_fails_before_anything_starts(db_path):

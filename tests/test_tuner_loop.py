@@ -14,7 +14,7 @@ from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
-from tfonline.tuner.manager import CostModel, TuningManager, per_iteration_time
+from tfonline.tuner.manager import CostModel, TuningManager, loss_trend, per_iteration_time
 from tfonline.tuner.space import switch_parts
 
 DECISIONS = 40
@@ -236,3 +236,23 @@ def test_the_gp_window_keeps_the_latest_observations_and_one_of_every_older_sett
     assert window(old + recent, size=5) == [old[1], old[2]] + recent  # a's latest, b's only, then the recent
     assert window(recent, size=5) == recent
     assert window(old + recent + [Observation(a, 0.5, 6.0)], size=5)[0] == old[1]  # a is recent again
+
+
+def test_the_loss_trend_reads_a_noisy_line_and_triples_under_the_target_are_unusable():
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 2001, dtype=float)
+    losses = 0.7 - 0.00005 * steps + rng.normal(0, 0.05, steps.size)  # noise 0.05, as a minibatch loss
+    trend = loss_trend(list(steps), list(losses), 2000)
+    assert trend == pytest.approx(0.6, abs=0.01)  # the latest 500 losses; a single loss is off by up to ~0.15
+    assert abs(loss_trend(list(steps), list(losses), 1500) - 0.625) < 0.015
+
+    space = sim.space()
+    manager = sim.make_manager(space, 0)
+    job = sim.SimulatedJob(0)
+    manager.on_segment_end(job.run_segment(manager.current, 40))
+    manager.target_loss = 1.0  # every later loss is under it
+    decision = manager.on_segment_end(job.run_segment(manager.current, 40))
+    triple = manager.triples[-1]
+    assert not triple.usable and triple.reason.startswith("the loss trend 0.")
+    assert triple.reason.endswith("is already at the target 1")
+    assert decision is not None

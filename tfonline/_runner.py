@@ -414,10 +414,10 @@ class Runner:
         self._history_points.extend(self._segment_points)
         self._warmup = 0
         if decision.switch:
-            self._reconfigure(decision.candidate, decision.types, decision.parts)
+            self._reconfigure(decision.candidate, decision.types, decision.parts, decision.overhead_s)
         self.phase = decision.phase
 
-    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str]) -> None:
+    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str], deciding_s: float = 0.0) -> None:
         """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
         for the new setting (restarting nodes whose thread pools change), and restore the values.
 
@@ -427,7 +427,9 @@ class Runner:
         (see :func:`tfonline._graph.build_worker_graph`), so the job reads on
         instead of seeing its first batches again.
         """
-        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        # The switch's cost runs from the old setting's last iteration to the
+        # new one's first, less the tuner's time to decide (its overhead, counted apart).
+        last_wall = (self._segment_points[-1][2] + deciding_s) if self._segment_points else time.time()
         old = self.setting
         marks = [("start", time.monotonic())]
         values = self._sessions[0].run(self.graphs[0].variables)

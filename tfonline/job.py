@@ -117,10 +117,11 @@ class MLJobFramework:
                 (I0, default 50), ``random_settings`` (N, default 10),
                 ``segment_iterations`` (I, default 3 × workers),
                 ``min_segment_s`` (default 2.0), ``exploration_budget``
-                (default 0.1: the random phase spends at most this fraction
-                of the job's estimated remaining time on switches; None: no
-                limit) and ``resume`` (default True: start from the triples
-                earlier runs of this job left in ``db``).
+                (default 0.2: random settings and exploring switches spend
+                at most this fraction of the job's estimated length; None:
+                no limit, the paper's random phase) and ``resume`` (default
+                True: start from the triples earlier runs of this job left
+                in ``db``).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
