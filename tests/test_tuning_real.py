@@ -48,6 +48,19 @@ def test_a_tuned_job_converges_through_its_phases(tuned):
     assert steps == list(range(1, first.iterations + 1))
 
 
+def test_the_job_trains_on_while_the_tuner_decides(tuned):
+    db, first, _ = tuned
+    triples = _rows(db, "select segment from triples where job_id = ? order by segment", first.job_id)
+    decisions = _rows(db, "select step, phase from decisions where job_id = ? order by step", first.job_id)
+    ends = dict(_rows(db, "select segment, end_step from segments where job_id = ?", first.job_id))
+    assert len(triples) == len(decisions) > 0
+    # The k-th decision is on the k-th triple's segment, and is recorded no earlier than that segment's end.
+    for (segment,), (step, _) in zip(triples, decisions):
+        assert step >= ends[segment]
+    # An online decision fits a GP (about a second): the workers went on meanwhile.
+    assert any(step > ends[segment] for (segment,), (step, phase) in zip(triples, decisions) if phase == "online")
+
+
 def test_a_switch_keeps_the_model_and_records_its_cost(tuned):
     db, first, _ = tuned
     switches = _rows(db, "select step, types, technique, cost_s, bytes_moved from reconfigurations where job_id = ?",

@@ -18,8 +18,9 @@ import sys
 import threading
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for_futures
+from dataclasses import asdict, replace
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,7 @@ from tfonline.setting import (
     short_form,
 )
 from tfonline.tuner import Tuning
-from tfonline.tuner.manager import SegmentRun
+from tfonline.tuner.manager import Decision, SegmentRun
 
 logger = logging.getLogger("tfonline")
 
@@ -165,6 +166,8 @@ class Runner:
         self._segment_started = 0.0
         self._warmup = 0
         self._pending_reconfiguration: dict[str, Any] | None = None
+        self._tuner: ThreadPoolExecutor | None = None
+        self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
         self._old_containers: list[str] = []
         self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
         self._step_at_open = 0
@@ -328,13 +331,16 @@ class Runner:
     # -- training ------------------------------------------------------------
 
     def _train(self) -> tuple[str, str]:
-        while True:
-            self._record_segment_start()
-            paused = self._run_segment()
-            self._record_segment_end()
-            if not paused:
-                break
-            self._between_segments()
+        with ThreadPoolExecutor(1, thread_name_prefix="tfonline-tuner") as self._tuner:
+            while True:
+                self._record_segment_start()
+                switch = self._run_segment()
+                self._record_segment_end()
+                if switch is None:
+                    break
+                if self._segment_points:  # trained under the old setting while the tuner decided
+                    self.manager.observe(self._segment_run())
+                self._reconfigure(switch.candidate, switch.types, switch.parts)
         stop = self._stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -353,8 +359,13 @@ class Runner:
             self._progress()
         return stop.status, stop.reason
 
-    def _run_segment(self) -> bool:
-        """Trains under the current setting until the job stops (False) or the tuner's segment ends (True)."""
+    def _run_segment(self) -> Decision | None:
+        """Trains under the current setting until the job stops (None) or the tuner decides to switch (its decision).
+
+        When a tuner's segment is complete, the segment is handed to the tuner
+        in a background thread and training goes on under the same setting
+        (see :meth:`_hand_over_segment`); a decision to stay lets it go on.
+        """
         if self.sync:
             threads = [threading.Thread(target=self._guard, args=(self._sync_loop,), name="tfonline-sync", daemon=True)]
         else:
@@ -366,9 +377,9 @@ class Runner:
         for t in threads:
             t.start()
         next_progress = time.monotonic() + PROGRESS_INTERVAL_S
-        paused = False
+        switch = None
         try:
-            while not self._stop_event.wait(0.2):
+            while not self._wait(0.2):
                 self.cluster.check_alive()
                 elapsed = time.monotonic() - self._t0
                 if self.max_seconds is not None and elapsed >= self.max_seconds:
@@ -380,19 +391,38 @@ class Runner:
                 if not self.quiet and time.monotonic() >= next_progress:
                     self._progress()
                     next_progress += PROGRESS_INTERVAL_S
-                if self.manager is not None and self._segment_complete():
-                    self._pause.set()
-                    paused = True
-                    break
+                if self.manager is None:
+                    continue
+                if self._deciding is None:
+                    if self._segment_complete():
+                        self._hand_over_segment()
+                elif self._deciding.done():
+                    decision = self._take_decision()
+                    if decision.switch:
+                        self._pause.set()
+                        switch = decision
+                        break
         except NodeFailedError as e:
             self._request_stop(_Stop("failed", str(e), e))
+        except BaseException:
+            self._deciding = None  # the job fails or is interrupted: the decision no longer matters
+            raise
         finally:
-            if not paused:
+            if switch is None:
                 self._stop_event.set()
             for t in threads:
                 t.join(JOIN_TIMEOUT_S)
             self._pause.clear()
-        return paused and not self._stop_event.is_set()
+            if switch is None and self._deciding is not None:
+                self._take_decision(ended=True)
+        return None if self._stop_event.is_set() else switch
+
+    def _wait(self, timeout_s: float) -> bool:
+        """Waits for a stop, or for the tuner's decision while one runs; returns whether the job stops."""
+        if self._deciding is None:
+            return self._stop_event.wait(timeout_s)
+        wait_for_futures([self._deciding], timeout_s)
+        return self._stop_event.is_set()
 
     def _segment_complete(self) -> bool:
         with self._lock:
@@ -400,24 +430,57 @@ class Runner:
         return (done >= self.manager.segment_length() + self._warmup
                 and time.monotonic() - self._segment_started >= self.manager.segment_seconds())
 
-    def _between_segments(self) -> None:
-        """Hands the finished segment to the tuner, records its decision, and applies it."""
+    def _segment_run(self) -> SegmentRun:
         steps, losses, walls = (np.array(column, dtype=float) for column in zip(*self._segment_points))
         before = self._segment_loss_before if math.isfinite(self._segment_loss_before) else float(losses[0])
-        run = SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self._warmup)
+        return SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self._warmup)
+
+    def _hand_over_segment(self) -> None:
+        """Ends the tuner's segment and starts its decision in the background; training goes on.
+
+        The next segment starts at once under the same setting. Its iterations
+        until the decision is in are left out of its timing (the tuner shares
+        the machine meanwhile), and it is timed for its full length after that.
+        """
+        with self._lock:
+            run = self._segment_run()
+            ended, values = self._end_segment()
+            self._warmup = 0
+            row = self._start_segment()
+        self.repo.update("segments", (self.job_id, ended), values)
+        self.repo.insert("segments", row)
+        self._deciding = self._tuner.submit(self._decide, run, ended)
+
+    def _decide(self, run: SegmentRun, segment: int) -> tuple[Decision, int, str]:
         old_phase = self.manager.phase
         decision = self.manager.on_segment_end(run)
-        self._record_triple(self.manager.triples[-1])
+        if decision.switch:
+            self._pause.set()  # the workers stop at their next iteration's end
+        return decision, segment, old_phase
+
+    def _take_decision(self, ended: bool = False) -> Decision:
+        """Records the background decision; a switch is then the caller's to make.
+
+        When the job ``ended`` meanwhile, a decision to switch is recorded as
+        not applied, with the reason.
+        """
+        future, self._deciding = self._deciding, None
+        decision, segment, old_phase = future.result()
+        self._record_triple(self.manager.triples[-1], segment)
+        if ended and decision.switch:
+            decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
         self._record_decision(decision)
         if self.manager.phase != old_phase:
             self._record_phase(self.manager.phase)
-        self._history_points.extend(self._segment_points)
-        self._warmup = 0
-        if decision.switch:
-            self._reconfigure(decision.candidate, decision.types, decision.parts, decision.overhead_s)
         self.phase = decision.phase
+        if not decision.switch:
+            with self._lock:
+                self._warmup = max(self._warmup, len(self._segment_points))
+                self._segment_started = time.monotonic()
+            self.repo.update("segments", (self.job_id, self.segment), {"phase": self.phase})
+        return decision
 
-    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str], deciding_s: float = 0.0) -> None:
+    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str]) -> None:
         """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
         for the new setting (restarting nodes whose thread pools change), and restore the values.
 
@@ -427,9 +490,8 @@ class Runner:
         (see :func:`tfonline._graph.build_worker_graph`), so the job reads on
         instead of seeing its first batches again.
         """
-        # The switch's cost runs from the old setting's last iteration to the
-        # new one's first, less the tuner's time to decide (its overhead, counted apart).
-        last_wall = (self._segment_points[-1][2] + deciding_s) if self._segment_points else time.time()
+        # The switch's cost runs from the old setting's last iteration to the new one's first.
+        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
         old = self.setting
         marks = [("start", time.monotonic())]
         values = self._sessions[0].run(self.graphs[0].variables)
@@ -625,9 +687,9 @@ class Runner:
         self.repo.insert("phases", {"job_id": self.job_id, "phase": phase, "start_step": self.step + 1,
                                     "wall_time": time.time()}, replace=True)
 
-    def _record_triple(self, triple) -> None:
+    def _record_triple(self, triple, segment: int) -> None:
         self.repo.insert("triples", {
-            "job_id": self.job_id, "segment": self.segment, "setting_id": setting_key(triple.setting),
+            "job_id": self.job_id, "segment": segment, "setting_id": setting_key(triple.setting),
             "loss_before": triple.loss_before, "per_iteration_s": triple.per_iteration_s,
             "remaining_iterations": triple.remaining_iterations, "remaining_s": triple.remaining_s,
             "estimator": self.estimator.name, "reason": triple.reason,
@@ -649,23 +711,33 @@ class Runner:
 
     def _record_segment_start(self) -> None:
         with self._lock:
-            if self._segment_points or self._history_points:
-                self.segment += 1
-            self._segment_points = []
-            self._segment_loss_before = self.smoothed.value if self.smoothed.count else math.nan
-            self._segment_started = time.monotonic()
-        self.repo.insert("segments", {
-            "job_id": self.job_id, "segment": self.segment, "setting_id": self.setting_id, "phase": self.phase,
-            "start_step": self.step + 1, "started_at": time.time(),
-        })
+            row = self._start_segment()
+        self.repo.insert("segments", row)
 
     def _record_segment_end(self) -> None:
-        self.repo.update("segments", (self.job_id, self.segment), {
+        with self._lock:
+            segment, values = self._end_segment()
+        self.repo.update("segments", (self.job_id, segment), values)
+
+    def _start_segment(self) -> dict[str, Any]:
+        """Starts a segment (the caller holds the lock); returns its row."""
+        if self._segment_points or self._history_points:
+            self.segment += 1
+        self._segment_points = []
+        self._segment_loss_before = self.smoothed.value if self.smoothed.count else math.nan
+        self._segment_started = time.monotonic()
+        return {"job_id": self.job_id, "segment": self.segment, "setting_id": self.setting_id, "phase": self.phase,
+                "start_step": self.step + 1, "started_at": time.time()}
+
+    def _end_segment(self) -> tuple[int, dict[str, Any]]:
+        """Ends the segment (the caller holds the lock): its points join the history; returns its id and values."""
+        self._history_points.extend(self._segment_points)
+        return self.segment, {
             "end_step": self.step,
             "start_loss": self._segment_points[0][1] if self._segment_points else None,
             "end_loss": self.smoothed.value if self._segment_points else None,  # what the report shows
             "ended_at": time.time(),
-        })
+        }
 
     def _record_job_end(self, status: str, reason: str) -> None:
         if not self._job_recorded:

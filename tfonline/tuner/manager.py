@@ -284,10 +284,7 @@ class TuningManager:
         started = time.perf_counter()
         triple = self.triple(run)
         self.triples.append(triple)
-        self.job_steps.extend(float(s) for s in run.steps)
-        self.job_losses.extend(float(x) for x in run.losses)
-        if len(run.walls):
-            self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
+        self.observe(run)
         self._charge_lost_time(triple, run)
         decision = self._decide(run)
         decision.overhead_s = time.perf_counter() - started
@@ -295,6 +292,17 @@ class TuningManager:
         if decision.switch:
             self.current = dict(decision.candidate)
         return decision
+
+    def observe(self, run: SegmentRun) -> None:
+        """Adds a run's iterations to the job's loss history and elapsed time.
+
+        The runner calls this alone for iterations that make no triple: those
+        trained under the old setting while the tuner decided to leave it.
+        """
+        self.job_steps.extend(float(s) for s in run.steps)
+        self.job_losses.extend(float(x) for x in run.losses)
+        if len(run.walls):
+            self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
 
     def triple(self, run: SegmentRun) -> Triple:
         """``(setting, loss before, R̂ = mean time per iteration × estimated iterations left)``.
