@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import warnings
 
@@ -13,9 +14,11 @@ from tfonline.estimator import get_estimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
-from tfonline.tuner._gpyopt import GPOptimizer, Observation
+from tfonline.tuner import _gpyopt
+from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend, per_iteration_time
-from tfonline.tuner.space import switch_parts
+from tfonline.setting import Knob
+from tfonline.tuner.space import KnobSpace, switch_parts
 
 DECISIONS = 40
 
@@ -109,6 +112,53 @@ def test_the_gp_is_seeded_and_contains_gpyopts_side_effects():
     assert all(c.expected_improvement_s >= 0 and 0 <= c.prediction.confidence <= 1 for c in held.candidates)
     assert warnings.filters == filters  # GPyOpt's import-time "ignore everything" did not leak
     assert np.array_equal(np.random.get_state()[1], state)  # nor did its use of NumPy's global generator
+
+
+def _observations(space, count, seed=0):
+    rng = random.Random(seed)
+    return [Observation(s, 0.6 - 0.01 * i, 10 * sim.time_per_progress(s) / 0.01 * (1 + s.get("tag", 0)))
+            for i, s in enumerate(space.sample(rng) for _ in range(count))]
+
+
+def test_ei_is_maximised_over_every_setting_of_a_small_space():
+    """The maximiser's choice is the best of every setting, scored by GPyOpt's own unzip_inputs and acquisition."""
+    tag = Knob("tag", "nominal", "II", "session ConfigProto", choices=(0, 1, 2), apply=lambda config, value: None)
+    space = KnobSpace(sim.NODES, sim.CORES, dict(sim.PINNED, tag=[0, 2]), extra_knobs=[tag])  # a one-hot of 2
+    optimizer = GPOptimizer(space, seed=3)
+    observations = _observations(space, 10)
+    with _contained(3, 0):
+        bo, _ = optimizer._fitted(observations, 0.5)
+        chosen = optimizer._maximise(bo, 0.5, {})
+        held = optimizer._maximise(bo, 0.5, {"global_jit_level": space.encode_value("global_jit_level", "ON_1")})
+        every = [dict(zip(space.free, values)) for values in itertools.product(*(space.values[n] for n in space.free))]
+        every = [dict(space.decode(space.encode(dict(space.defaults, **s))), **s) for s in every]
+        every = [s for s in every if space.contains(s)]
+        x = np.array([space.encode(s) + [0.5] for s in every])
+        scores = np.ravel(bo.acquisition.acquisition_function(bo.space.unzip_inputs(x)))
+        best = every[int(np.argmin(scores))]
+        at_jit = [i for i, s in enumerate(every) if s["global_jit_level"] == "ON_1"]
+        best_held = every[at_jit[int(np.argmin(scores[at_jit]))]]
+    assert chosen == best and held == best_held and held["global_jit_level"] == "ON_1"
+    assert len(every) > 100 and scores.min() < np.median(scores)  # a choice that matters
+
+
+def test_in_a_large_space_ei_is_maximised_by_a_climb_to_a_local_optimum(monkeypatch):
+    monkeypatch.setattr(_gpyopt, "ENUMERATE_AT_MOST", 300)  # of the 4 x 4 x 4 x 4 x 3 settings, 300 sampled
+    space = sim.space()
+    optimizer = GPOptimizer(space, seed=4)
+    with _contained(4, 0):
+        bo, _ = optimizer._fitted(_observations(space, 12, seed=1), 0.5)
+        chosen = optimizer._maximise(bo, 0.5, {})
+        x = np.array(space.encode(chosen))
+        score = GPOptimizer._acquisition(bo, x[None, :], 0.5)[0]
+        neighbours = [dict(chosen, **{name: v}) for name in space.free for v in space.values[name] if v != chosen[name]]
+        neighbours = [s for s in neighbours if space.contains(s)]
+        around = GPOptimizer._acquisition(bo, np.array([space.encode(s) for s in neighbours]), 0.5)
+        rng = random.Random(9)
+        others = GPOptimizer._acquisition(bo, np.array([space.encode(space.sample(rng)) for _ in range(300)]), 0.5)
+    assert space.contains(chosen) and score < 0
+    assert len(space.free) == 5 and score <= around.min() + 1e-12  # no setting one knob away is better
+    assert score <= others.min() + 1e-12  # nor any of 300 other random settings
 
 
 def test_per_iteration_time_drops_warmup_and_stalls():

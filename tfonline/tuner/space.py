@@ -156,8 +156,10 @@ class KnobSpace:
         knob = self.knobs[name]
         if knob.kind == "bool":
             return int(value)
-        if knob.kind in ("ordinal", "nominal"):
+        if knob.kind == "ordinal":
             return knob.choices.index(value)
+        if knob.kind == "nominal":  # GPyOpt one-hot encodes 0 .. k-1, so the index among the space's values
+            return self.values[name].index(value)
         if knob.kind == "log-int":
             return math.log10(value)
         if self._log2(name):
