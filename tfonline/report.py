@@ -96,7 +96,8 @@ def _tuning_lines(repo: Repository, job: dict[str, Any]) -> list[str]:
         lines.append("  phases:          " + ", ".join(f"{p['phase']} from step {p['start_step']}" for p in phases))
     if job["tuning_overhead_s"] is not None and job["completion_time_s"]:
         lines.append(f"  tuning overhead: {job['tuning_overhead_s']:.1f} s "
-                     f"({100 * job['tuning_overhead_s'] / job['completion_time_s']:.1f}% of the job; GP fits and EI)")
+                     f"({100 * job['tuning_overhead_s'] / job['completion_time_s']:.1f}% of the job; "
+                     "GP fits and EI, run beside the training)")
     decisions = list(repo.rows(
         """
         select d.step, d.phase, d.applied, d.reason, d.loss, s.short as candidate
@@ -114,7 +115,7 @@ def _tuning_lines(repo: Repository, job: dict[str, Any]) -> list[str]:
     if moves:
         total = sum(m["cost_s"] or 0 for m in moves)
         lines.append(f"  reconfigurations: {len(moves)}, {total:.1f} s in all "
-                     "(wall time from the last iteration before to the first after, less the decision's overhead)")
+                     "(wall time from the last iteration before to the first after)")
         for m in moves:
             lines.append(f"    step {m['step']:>7}  {m['types']:<12} {m['technique']:<8} {_fmt(m['cost_s'], '.2f')} s  "
                          f"{(m['bytes_moved'] or 0) / 1e6:.1f} MB")
