@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 import warnings
 
 import numpy as np
@@ -223,8 +224,9 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     waiting = [d for d in decisions if d.phase == "random" and d not in random_ones]
     assert all(" waits: no untried setting's switch fits the " in d.reason for d in waiting)
     first_online = next(d for d in decisions if d.phase == "online")
-    assert first_online.reason.startswith(f"random phase ended after {len(random_ones)} random setting(s): "
-                                          "no switch fits 10% of the job's estimated remaining time")
+    ended = re.match(r"random phase ended after (\d+) random setting\(s\): the loss has covered (\d+)% of its way "
+                     r"to the target, too late for a random setting to pay off; ", first_online.reason)
+    assert ended and int(ended[1]) == len(random_ones) and int(ended[2]) >= 90  # 1 - the budget's 10%
     # Charged: each exploring switch's cost, and its segment's time against the best setting seen before it
     # (a credit when the segment was faster): 39 timed gaps of 40 iterations.
     explored_at = [i for i, d in enumerate(decisions) if (d, lefts[i]) in exploring]
@@ -234,6 +236,24 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     exploits = [d for d in decisions if d.switch and "exploit " in d.reason]
     assert exploits and all(d.expected_improvement_s is not None and d.cost_s < 1e3 for d in exploits)
     assert sim.time_per_progress(manager.current) < 0.5 * sim.time_per_progress(decisions[0].current)
+
+
+def test_an_estimate_far_too_low_early_does_not_end_the_random_phase():
+    """Lateness is read from the loss: an R̂ a fifth of the switch's cost, early in the job, still lets a draw through."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0)
+    job = sim.SimulatedJob(0)
+    run = job.run_segment(manager.current, 40)
+    run.walls[:] = np.linspace(0.0, 12.0, len(run.walls))  # a slow start (an XLA compile): 12 s
+    manager.triple = lambda r: Triple(r.setting, r.loss_before, 0.01, 40, 0.4)  # R̂ 0.4 s, against a 2-s prior cost
+    decision = manager.on_segment_end(run)
+    assert manager.loss_progress() < 0.8
+    assert decision.switch and decision.reason.startswith("initialisation: random setting 1 of 10; estimated cost 2 s")
+    # Near the target, the phase ends whatever the budget: here the target is just under today's loss.
+    manager.target_loss = loss_trend(manager.job_steps, manager.job_losses, manager.job_steps[-1]) - 0.01
+    assert manager.loss_progress() > 0.8
+    late = manager.on_segment_end(job.run_segment(manager.current, 40))
+    assert late.phase == "online" and "too late for a random setting to pay off" in late.reason
 
 
 def test_with_no_budget_only_confident_gains_switch():

@@ -14,7 +14,8 @@ Phases:
 2. ``random``: ``random_settings`` (N, the paper's 10) random settings of the
    space, each for one segment. When none fits the exploration budget left,
    the job waits (it may still exploit, as online) and draws again later:
-   the budget grows with the job.
+   the budget grows with the job. The phase ends early once the loss is
+   close to the target (:meth:`TuningManager.loss_progress`).
 3. ``online``: every segment, the GP is refitted and EI maximised at the
    current loss. The job switches when the switch confidently pays by the
    GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
@@ -251,6 +252,7 @@ class TuningManager:
         self._charge_cost = False  # the switch being applied explores: its cost goes to the budget
         self._explore_reference: float | None = None  # per-iteration time an exploring segment is measured against
         self._walls: list[float] = []  # the first and the latest wall time seen
+        self._first_loss: float | None = None  # the loss before this run's first segment
         self.stretch = 1
         self.rng = random.Random(seed)
         self.optimizer = GPOptimizer(space, seed) if space.free else None
@@ -284,6 +286,8 @@ class TuningManager:
         started = time.perf_counter()
         triple = self.triple(run)
         self.triples.append(triple)
+        if self._first_loss is None:
+            self._first_loss = triple.loss_before
         self.observe(run)
         self._charge_lost_time(triple, run)
         decision = self._decide(run)
@@ -354,8 +358,9 @@ class TuningManager:
                                 parts=sorted(parts))
             if late:
                 self.phase = "online"
-                ended = (f"random phase ended after {self.random_done} random setting(s): no switch fits "
-                         f"{self.exploration_budget:.0%} of the job's estimated remaining time; ")
+                ended = (f"random phase ended after {self.random_done} random setting(s): the loss has covered "
+                         f"{self.loss_progress():.0%} of its way to the target, too late for a random setting to "
+                         f"pay off; ")
             else:
                 # The budget grows with the job (exploration_left): draw again later.
                 decision = self._online(run, explore=False)
@@ -375,15 +380,22 @@ class TuningManager:
         Returns (setting or None, its switch's parts, their estimated cost,
         the budget left or None when unlimited, whether the job is too far
         along for any draw). Without a budget, draws are uniform over the
-        space. With one, ``tries`` uniform draws are made, and those whose
-        estimated cost exceeds the budget left, or the budget's fraction of
-        the job's estimated remaining time (a setting found late has little
-        time left to pay off), are dropped. Of the rest, one with the most
-        *new values* (a knob at a value no tried setting had) is taken:
-        cheap switches change few knobs, and without this a small budget
-        spends itself on thread and optimizer knobs, and the GP never sees
-        the layout vary (measured on LogR: three random settings, all at the
-        starting layout).
+        space. With one, the job is too far along once its loss has covered
+        (1 − the budget's fraction) of its way to the target
+        (:meth:`loss_progress`): a setting found then has little time left
+        to pay off. Else ``tries`` uniform draws are made, and those whose
+        estimated cost exceeds the budget left are dropped. Of the rest, one
+        with the most *new values* (a knob at a value no tried setting had)
+        is taken: cheap switches change few knobs, and without this a small
+        budget spends itself on thread and optimizer knobs, and the GP never
+        sees the layout vary (measured on LogR: three random settings, all
+        at the starting layout).
+
+        Lateness is read from the loss, not from R̂: early in a job the
+        estimated remaining time is several times too low (hogwild: 595
+        iterations left after the initial phase of a 3,057-iteration LogR
+        job), and a rule on R̂ ended the random phase before its first draw,
+        leaving the GP one setting to learn from.
         """
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
@@ -391,23 +403,27 @@ class TuningManager:
             candidate = self.space.sample(self.rng, exclude=tried)
             parts = switch_parts(self.space, current, candidate)
             return candidate, parts, self.costs.estimate(parts), None, False
-        usable = [t for t in self.triples if t.usable]
-        cap = self.exploration_budget * usable[-1].remaining_s if usable else math.inf
-        fitting, late = [], True
+        if self.loss_progress() >= 1 - self.exploration_budget:
+            return None, {}, 0.0, left, True
+        fitting = []
         for _ in range(tries):
             candidate = self.space.sample(self.rng, exclude=tried)
             parts = switch_parts(self.space, current, candidate)
             cost = self.costs.estimate(parts)
-            if candidate in tried or cost > cap:
-                continue
-            late = False
-            if cost <= left:
+            if candidate not in tried and cost <= left:
                 new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
                 fitting.append((new, candidate, parts, cost))
         if not fitting:
-            return None, {}, 0.0, left, late
+            return None, {}, 0.0, left, False
         most = max(f[0] for f in fitting)
         return (*self.rng.choice([f[1:] for f in fitting if f[0] == most]), left, False)
+
+    def loss_progress(self) -> float:
+        """How much of its way from this run's first loss to the target the job's loss trend has covered (0 to 1)."""
+        if len(self.job_steps) < 2 or self._first_loss is None or not self._first_loss > self.target_loss:
+            return 0.0
+        now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1])
+        return min(1.0, max(0.0, (self._first_loss - now) / (self._first_loss - self.target_loss)))
 
     def usable_observations(self) -> list[Observation]:
         return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
