@@ -196,6 +196,10 @@ def test_a_switch_turning_xla_on_is_a_compile_part():
     on = dict(base, global_jit_level="ON_1")
     assert switch_parts(space, on, base) == {"global_jit_level": "II"}
     assert switch_parts(space, base, base) == {}
+    # With XLA staying on, a switch compiles again: new graphs and sessions.
+    assert switch_parts(space, on, dict(on, worker=2)) == {"global_jit_level=ON_1": "compile", "worker": "I-a"}
+    assert switch_parts(space, on, dict(on, global_jit_level="ON_2")) == {"global_jit_level=ON_2": "compile"}
+    assert switch_parts(space, on, on) == {}
 
 
 def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
