@@ -41,3 +41,29 @@ class SlowerLogR(TinyLogR):
 
     def __init__(self):
         super().__init__(lr=0.05)
+
+
+class CountdownJob(tfonline.MLJobFramework):
+    """Its loss is the batch it read: batches count down from ``start`` by 1, so the losses show the data order.
+
+    One worker reads every batch; a job that reads on where it was has the loss ``start - step + 1`` at every
+    step, across any switch. The model trains nothing that matters (its gradient is zero).
+    """
+
+    target_loss = 5.0
+    max_seconds = 120
+    smoothing_window = 1
+
+    def __init__(self, start=3000):
+        self.start = start
+
+    def input_fn(self, shard, num_shards):
+        dataset = tf.data.Dataset.range(self.start, 0, -1).shard(num_shards, shard)
+        return dataset.map(lambda i: (tf.cast(tf.reshape(i, [1]), tf.float32), tf.zeros([1])))
+
+    def model_fn(self, features, labels):
+        w = tf.Variable(0.0, name="w")
+        return tf.reduce_mean(features) + 0.0 * w
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1)

@@ -21,9 +21,26 @@ HERE = os.path.dirname(__file__)
 
 
 def _start_driver(db_path):
+    """The driver, its stderr to a file: a pipe nobody reads fills up, and a driver writing to it blocks for good."""
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.Popen([sys.executable, os.path.join(HERE, "driver.py"), db_path], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with open(db_path + ".stderr", "wb") as stderr:
+        return subprocess.Popen([sys.executable, os.path.join(HERE, "driver.py"), db_path], env=env,
+                                stdout=subprocess.DEVNULL, stderr=stderr)
+
+
+def _stderr(driver) -> str:
+    with open(driver.args[-1] + ".stderr", errors="replace") as f:
+        return f.read()[-3000:]
+
+
+def _wait_exit(driver, timeout_s=60) -> int:
+    """The driver's exit code; if it hangs, its threads' stacks (tests/driver.py dumps them on SIGUSR1) in the failure."""
+    try:
+        return driver.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        driver.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        raise AssertionError(f"the driver did not exit within {timeout_s} s; its stderr:\n{_stderr(driver)}") from None
 
 
 def _iterations(db_path) -> int:
@@ -36,7 +53,7 @@ def _iterations(db_path) -> int:
 def _wait_for_training(driver, db_path, at_least=30, timeout_s=120) -> int:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert driver.poll() is None, driver.stderr.read().decode()[-2000:]
+        assert driver.poll() is None, _stderr(driver)
         n = _iterations(db_path)
         if n >= at_least:
             return n
@@ -61,7 +78,7 @@ def test_signal_to_the_driver_stops_every_node(db_path, signum):
         nodes = node_processes(driver.pid)
         assert len(nodes) >= 3  # the fork server and the two nodes it forked
         driver.send_signal(signum)
-        assert driver.wait(timeout=60) != 0
+        assert _wait_exit(driver) != 0
         assert _wait_gone(nodes) == set()
     finally:
         driver.kill()

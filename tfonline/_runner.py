@@ -53,7 +53,9 @@ from tfonline.setting import (
     short_form,
 )
 from tfonline.tuner import Tuning
+from tfonline.reconfig import Plan, plan
 from tfonline.tuner.manager import Decision, SegmentRun
+from tfonline.tuner.space import switch_parts
 
 logger = logging.getLogger("tfonline")
 
@@ -127,8 +129,9 @@ class _Stop(Exception):
 
 class Runner:
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
-                 estimator=None, tuning: Tuning | None = None):
+                 estimator=None, tuning: Tuning | None = None, reconfig: str = "online"):
         self.job = job
+        self.reconfig = reconfig
         self.requested_setting = setting
         self.db_path = os.fspath(db)
         self.sync = mode == "sync"
@@ -340,7 +343,11 @@ class Runner:
                     break
                 if self._segment_points:  # trained under the old setting while the tuner decided
                     self.manager.observe(self._segment_run())
-                self._reconfigure(switch.candidate, switch.types, switch.parts)
+                how = plan(self.space.knobs, self.setting, switch.candidate, self.reconfig)
+                if how.technique == "ssr":
+                    self._reopen_sessions(switch.candidate, how)
+                else:
+                    self._reconfigure(switch.candidate, how)
         stop = self._stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -480,7 +487,34 @@ class Runner:
             self.repo.update("segments", (self.job_id, self.segment), {"phase": self.phase})
         return decision
 
-    def _reconfigure(self, new: dict[str, Any], types: list[str], parts: list[str]) -> None:
+    def _reopen_sessions(self, new: dict[str, Any], how: Plan) -> None:
+        """SSR for session knobs: new sessions with the new ConfigProto on the same graphs.
+
+        The variables stay on the servers (the graphs and the container are
+        the same), and each worker's input iterator, which has a shared name
+        on its server, reads on where it stopped. Nothing is moved.
+        """
+        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        old = self.setting
+        started = time.monotonic()
+        self._close_sessions()
+        self.setting = new
+        self._record_setting(new)
+        self._sessions = [self._session(wg, new) for wg in self.graphs]
+        for session, wg in zip(self._sessions, self.graphs):
+            _until_reachable(lambda: session.run(wg.probe_op))
+        logger.info("reconfiguration %s -> %s by SSR: sessions reopened in %.2f s", short_form(old), short_form(new),
+                    time.monotonic() - started)
+        self._warmup = len(self.graphs)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, 0, last_wall)
+
+    def _reconfiguration_row(self, old, new, how: Plan, moved: int, last_wall: float) -> dict[str, Any]:
+        return {"job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
+                "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
+                "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "last_wall": last_wall,
+                "parts": sorted(switch_parts(self.space, old, new))}
+
+    def _reconfigure(self, new: dict[str, Any], how: Plan) -> None:
         """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
         for the new setting (restarting nodes whose thread pools change), and restore the values.
 
@@ -519,11 +553,7 @@ class Runner:
         # is dropped with the others when the job ends.
         self._old_containers.append(old_container)
         self._warmup = len(self.graphs)
-        self._pending_reconfiguration = {
-            "job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
-            "to_setting_id": setting_key(new), "types": list(types), "technique": "restart",
-            "bytes_moved": moved, "last_wall": last_wall, "parts": list(parts),
-        }
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
     def _record_reconfiguration_cost(self) -> None:
         """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
@@ -534,8 +564,7 @@ class Runner:
         pending, self._pending_reconfiguration = self._pending_reconfiguration, None
         cost = first - pending.pop("last_wall")
         self.manager.record_cost(pending.pop("parts"), cost)
-        self.repo.insert("reconfigurations", dict(pending, types="+".join(pending["types"]), cost_s=cost,
-                                                  wall_time=time.time()), replace=True)
+        self.repo.insert("reconfigurations", dict(pending, cost_s=cost, wall_time=time.time()), replace=True)
 
     def _guard(self, loop, *args) -> None:
         try:

@@ -90,6 +90,7 @@ class MLJobFramework:
         space: dict[str, Any] | None = None,
         extra_knobs: Sequence[Any] = (),
         tuning: dict[str, Any] | None = None,
+        reconfig: str = "online",
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -122,6 +123,10 @@ class MLJobFramework:
                 no limit, the paper's random phase) and ``resume`` (default
                 True: start from the triples earlier runs of this job left
                 in ``db``).
+            reconfig: how a switch is made (see :mod:`tfonline.reconfig`):
+                ``"online"`` (the cheapest technique built for the change)
+                or ``"restart"`` (always read, rebuild and restore: the
+                baseline).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -160,9 +165,13 @@ class MLJobFramework:
                           estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
         elif space is not None or extra_knobs or tuning is not None:
             raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
+        from tfonline.reconfig import TECHNIQUES
+
+        if reconfig not in TECHNIQUES:
+            raise ConfigurationError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {reconfig!r}")
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress,
-                      tuning=plan).run()
+                      tuning=plan, reconfig=reconfig).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():

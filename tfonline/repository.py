@@ -121,6 +121,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "to_setting_id": str,
             "types": str,
             "technique": str,
+            "actions": str,  # JSON list, in words (tfonline.reconfig.Plan.actions)
             "cost_s": float,
             "bytes_moved": int,
             "wall_time": float,

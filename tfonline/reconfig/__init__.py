@@ -1,4 +1,77 @@
-"""Online reconfiguration: ``Reconfig(old, new)`` by ODMR, SSR and TDR, or checkpoint-restart.
+"""Online reconfiguration: what a setting change needs, and which technique does it.
 
-Not built yet (see the README's Status).
+A change from one setting to another is classified by the paper's types
+(I-a: the worker set changes; I-b: the ps set changes; II: the setting
+only) and turned into a :class:`Plan`: the actions that carry it out.
+
+Built so far:
+
+- **SSR, session knobs** (``technique "ssr"``): when only knobs applied
+  through the session's ``ConfigProto`` change (the graph optimizer
+  switches, XLA, bfloat16 transfers, users' added knobs), the workers
+  close their sessions and open new ones with the new ``ConfigProto`` on
+  the same graphs. Variables stay on the servers and each input iterator
+  keeps its position (it has a shared name on its worker's server).
+  Nothing is read, copied or restored.
+- **Restart** (``technique "restart"``), everything else for now: read
+  every variable, rebuild the graphs and sessions in a fresh container
+  (restarting nodes whose thread pools change), restore the values. A
+  thread change restarts nodes; a layout change needs model relocation
+  (ODMR) and data re-sharding (TDR), which are not built yet.
+
+``run(reconfig="restart")`` makes every switch a restart, the baseline the
+online techniques are measured against.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from tfonline.setting import Knob
+
+__all__ = ["Plan", "plan", "TECHNIQUES", "THREAD_KNOBS"]
+
+# What run(reconfig=...) accepts.
+TECHNIQUES = ("online", "restart")
+# Knobs that live in the node servers' config: a change restarts the node.
+THREAD_KNOBS = ("intra_op_parallelism_threads", "inter_op_parallelism_threads")
+LAYOUT_KNOBS = ("ps", "worker")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a switch is carried out.
+
+    Attributes:
+        types: the paper's types the change involves, sorted ("I-a", "I-b", "II").
+        changed: the knobs whose values change, in knob-table order.
+        technique: "ssr" or "restart" (what the repository records).
+        actions: what the technique does, in order, in words (recorded too).
+    """
+
+    types: tuple[str, ...]
+    changed: tuple[str, ...]
+    technique: str
+    actions: tuple[str, ...]
+
+
+def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, Any],
+         technique: str = "online") -> Plan:
+    """The plan for a switch from ``old`` to ``new``; ``technique="restart"`` forces the baseline."""
+    if technique not in TECHNIQUES:
+        raise ValueError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {technique!r}")
+    changed = tuple(name for name in knobs if old.get(name) != new.get(name))
+    types = tuple(sorted({knobs[name].reconfiguration for name in changed}))
+    if not changed:
+        return Plan(types, changed, "none", ())
+    session_only = all(name not in THREAD_KNOBS and name not in LAYOUT_KNOBS for name in changed)
+    if technique == "online" and session_only:
+        return Plan(types, changed, "ssr", ("reopen sessions with the new ConfigProto",))
+    actions = ["read variables"]
+    restarted = [name for name in changed if name in THREAD_KNOBS]
+    if restarted:
+        actions.append("restart nodes for new thread pools")
+    actions += ["rebuild graphs and sessions in a new container (each worker skips its share of the batches "
+                "read so far)", "restore variables"]
+    return Plan(types, changed, "restart", tuple(actions))

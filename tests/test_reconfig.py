@@ -1,0 +1,94 @@
+"""Reconfiguration plans (pure), and SSR on a real tuned job against the restart baseline."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+from jobs import CountdownJob, SlowerLogR
+
+from tfonline.exceptions import ConfigurationError
+from tfonline.reconfig import plan
+from tfonline.setting import knob_table, resolve_setting
+
+KNOBS = knob_table(4, 2)
+BASE = resolve_setting({"ps": 1, "worker": 2}, 4, 2)
+
+
+@pytest.mark.parametrize("change, types, technique", [
+    ({"do_function_inlining": False, "global_jit_level": "ON_1"}, ("II",), "ssr"),
+    ({"intra_op_parallelism_threads": 1}, ("II",), "restart"),
+    ({"ps": 2}, ("I-b",), "restart"),
+    ({"worker": 1, "ps": 3, "infer_shapes": True}, ("I-a", "I-b", "II"), "restart"),
+])
+def test_a_change_is_classified_and_planned(change, types, technique):
+    how = plan(KNOBS, BASE, dict(BASE, **change))
+    assert how.types == types and how.technique == technique and set(how.changed) == set(change)
+    if technique == "ssr":
+        assert how.actions == ("reopen sessions with the new ConfigProto",)
+    else:
+        assert how.actions[0] == "read variables" and how.actions[-1] == "restore variables"
+        assert ("restart nodes for new thread pools" in how.actions) == ("intra_op_parallelism_threads" in change)
+    assert plan(KNOBS, BASE, dict(BASE, **change), technique="restart").technique == "restart"
+
+
+def test_no_change_has_nothing_to_do_and_an_unknown_technique_is_refused():
+    assert plan(KNOBS, BASE, dict(BASE)).actions == ()
+    with pytest.raises(ValueError, match="reconfig must be one of 'online', 'restart', got 'teleport'"):
+        plan(KNOBS, BASE, BASE, technique="teleport")
+
+
+def test_run_refuses_an_unknown_reconfig(db_path):
+    with pytest.raises(ConfigurationError, match="reconfig must be one of 'online', 'restart', got 'ckpt'"):
+        SlowerLogR().run(db=db_path, reconfig="ckpt", quiet=True)
+
+
+# Only session knobs are free: every switch is SSR, unless restart is asked for.
+SESSION_SPACE = {"ps": 2, "worker": 1, "intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2,
+                 "global_jit_level": "OFF"}
+LOOP = {"initial_iterations": 20, "random_settings": 3, "segment_iterations": 15, "min_segment_s": 0,
+        "exploration_budget": None, "resume": False}
+
+
+@pytest.fixture(scope="module")
+def both(cluster, tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("ssr") / "runs.db")
+    runs = {how: SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+                                  space=SESSION_SPACE, tuning=LOOP, reconfig=how) for how in ("online", "restart")}
+    return db, runs
+
+
+def test_session_knob_switches_reopen_sessions_and_keep_model_and_data(both):
+    db, runs = both
+    conn = sqlite3.connect(db)
+    for how, result in runs.items():
+        assert result.status == "converged", result.stop_reason
+        switches = conn.execute("select step, types, technique, actions, bytes_moved, cost_s from reconfigurations "
+                                "where job_id = ? order by step", (result.job_id,)).fetchall()
+        assert len(switches) >= 3  # the random settings
+        for step, types, technique, actions, moved, cost in switches:
+            assert types == "II" and cost > 0
+            if how == "online":
+                assert technique == "ssr" and moved == 0
+                assert json.loads(actions) == ["reopen sessions with the new ConfigProto"]
+            else:
+                assert technique == "restart" and moved > 0 and "restore variables" in json.loads(actions)
+            before, after = (conn.execute("select avg(loss) from iterations where job_id = ? and step between ? and ?",
+                                          (result.job_id, a, b)).fetchone()[0] for a, b in
+                             ((step - 9, step), (step + 1, step + 10)))
+            assert after < 0.69 and abs(after - before) < 0.05  # the model went on from where it was
+        steps = [s for (s,) in conn.execute("select step from iterations where job_id = ? order by step",
+                                             (result.job_id,))]
+        assert steps == list(range(1, result.iterations + 1))
+
+
+def test_after_a_session_switch_each_worker_reads_on_where_it_stopped(cluster, db_path):
+    result = CountdownJob().run(setting={"ps": 1, "worker": 1}, tune=True, db=db_path, cluster=cluster, quiet=True,
+                                space=dict(SESSION_SPACE, ps=1), tuning=LOOP)
+    assert result.status == "converged", result.stop_reason
+    conn = sqlite3.connect(db_path)
+    techniques = [t for (t,) in conn.execute("select technique from reconfigurations")]
+    assert len(techniques) >= 3 and set(techniques) == {"ssr"}
+    rows = conn.execute("select step, loss from iterations order by step").fetchall()
+    assert [loss for _, loss in rows] == [3000 - step + 1 for step, _ in rows]  # no batch read twice, none skipped
