@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import sqlite3
 
+import numpy as np
 import pytest
-from jobs import CountdownJob, SlowerLogR
+from conftest import node_processes
+from jobs import CountdownJob, SlowerLogR, TinyLogR
 
+from tfonline.cluster import LocalCluster, NodeThreads
 from tfonline.exceptions import ConfigurationError
 from tfonline.reconfig import plan
 from tfonline.setting import knob_table, resolve_setting
@@ -92,3 +95,70 @@ def test_after_a_session_switch_each_worker_reads_on_where_it_stopped(cluster, d
     assert len(techniques) >= 3 and set(techniques) == {"ssr"}
     rows = conn.execute("select step, loss from iterations order by step").fetchall()
     assert [loss for _, loss in rows] == [3000 - step + 1 for step, _ in rows]  # no batch read twice, none skipped
+
+
+@pytest.fixture(scope="module")
+def five_nodes():
+    with LocalCluster(5) as c:
+        yield c
+
+
+def _losses(db, job_id):
+    return [loss for (loss,) in sqlite3.connect(db).execute(
+        "select loss from iterations where job_id = ? order by step", (job_id,))]
+
+
+def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_nodes, tmp_path):
+    """ps 1 -> 3 -> 2, a thread change and a session-knob change: the same losses, step by step, as no switch."""
+    db = str(tmp_path / "runs.db")
+    start = {"ps": 1, "worker": 1, "intra_op_parallelism_threads": 2}
+    schedule = [(40, {"ps": 3}), (80, {"ps": 2}), (120, {"intra_op_parallelism_threads": 1}),
+                (160, {"do_function_inlining": False, "infer_shapes": True})]
+    job = TinyLogR()
+    job.target_loss = 1e-6  # not reached: both run 220 steps
+    plain = job.run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=220, quiet=True)
+    switched = job.run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=220, quiet=True,
+                       schedule=schedule)
+    assert plain.iterations == switched.iterations == 220
+    conn = sqlite3.connect(db)
+    made = conn.execute("select step, types, technique from reconfigurations where job_id = ? order by step",
+                        (switched.job_id,)).fetchall()
+    assert [(types, technique) for _, types, technique in made] == [
+        ("I-b", "restart"), ("I-b", "restart"), ("II", "restart"), ("II", "ssr")]
+    assert all(scheduled <= step < scheduled + 10 for (step, _, _), (scheduled, _) in zip(made, schedule))
+    assert np.allclose(_losses(db, switched.job_id), _losses(db, plain.job_id), rtol=1e-4, atol=1e-6)
+    (tuned,) = conn.execute("select tuned from jobs where id = ?", (switched.job_id,)).fetchone()
+    assert tuned == 0
+    decisions = conn.execute("select phase, reason from decisions where job_id = ? order by step",
+                             (switched.job_id,)).fetchall()
+    assert decisions[0] == ("scheduled", "scheduled switch 1 of 4 (step 40)")
+
+
+@pytest.mark.parametrize("schedule, message", [
+    ([], r"schedule must be a non-empty list of \(step, changes\) pairs, got \[\]"),
+    ([(10, {"ps": 2}), "x"], r"schedule entry 1 must be a \(step, \{knob: value\}\) pair, got 'x'"),
+    ([(10, {"ps": 2}), (10, {"ps": 1})], "schedule steps must be >= 1 and increasing, got 10 at entry 1 after 10"),
+    ([(5, {"worker": 9})], r"schedule entry 0 \(step 5\): knob worker must be in \[1, 2\], got 9"),
+    ([(5, {"ps": 2, "worker": 2})],
+     r"schedule entry 0 \(step 5\): ps \+ worker must be <= 3 \(the cluster's nodes\), got 2 \+ 2 = 4"),
+    ([(5, {"colour": "red"})], r"schedule entry 0 \(step 5\): unknown knob 'colour'"),
+])
+def test_a_bad_schedule_fails_before_any_node_starts(cluster, db_path, schedule, message):
+    before = node_processes()
+    with pytest.raises(ConfigurationError, match=message):
+        TinyLogR().run(db=db_path, cluster=cluster, quiet=True, schedule=schedule)
+    assert node_processes() == before
+
+
+def test_a_schedule_is_not_for_a_tuned_run(db_path):
+    with pytest.raises(ConfigurationError, match="schedule replaces tuning: give schedule or tune=True, got both"):
+        TinyLogR().run(db=db_path, quiet=True, tune=True, schedule=[(5, {"ps": 1})])
+
+
+def test_a_schedule_cannot_change_the_thread_pools_of_nodes_tfonline_did_not_start(cluster, db_path):
+    fixed = NodeThreads.one_per_core().intra_op_parallelism_threads
+    other = 1 if fixed > 1 else 2
+    with pytest.raises(ConfigurationError, match=rf"schedule entry 0 \(step 5\): intra_op_parallelism_threads="
+                                                 rf"{other} is outside what this cluster allows, \[{fixed}\]"):
+        TinyLogR().run(db=db_path, cluster=list(cluster.addresses), quiet=True,
+                       schedule=[(5, {"intra_op_parallelism_threads": other})])

@@ -19,7 +19,6 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_for_futures
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -54,6 +53,7 @@ from tfonline.setting import (
 )
 from tfonline.tuner import Tuning
 from tfonline.reconfig import Plan, plan
+from tfonline.reconfig.schedule import Schedule
 from tfonline.tuner.manager import Decision, SegmentRun
 from tfonline.tuner.space import switch_parts
 
@@ -170,6 +170,10 @@ class Runner:
         self._warmup = 0
         self._pending_reconfiguration: dict[str, Any] | None = None
         self._tuner: ThreadPoolExecutor | None = None
+        self._schedule: Schedule | None = None
+        # Wakes the monitor loop: a stop, a decision made, or the segment's iterations all in.
+        self._wake = threading.Event()
+        self._segment_goal: int | None = None  # iterations that complete the segment (its duration aside)
         self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
         self._old_containers: list[str] = []
         self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
@@ -192,6 +196,8 @@ class Runner:
             if self.tuning is not None:
                 self.space = self.tuning.space(node_count, self._fixed_threads())
                 setting = self.space.start(setting)
+                if self.tuning.schedule is not None:  # checked before any node starts
+                    self._schedule = Schedule(self.space, setting, self.tuning.schedule)
             self.setting = setting
             self.rule = _graph.PartitioningRule(partition_count_for(node_count), DEFAULT_PARTITION_MIN_BYTES)
             self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
@@ -205,7 +211,8 @@ class Runner:
                     cluster.set_threads_of({node: _threads(setting) for node in used})
                     self._open(setting)
                     if self.tuning is not None:
-                        self.manager = self.tuning.manager(self.space, setting, self.job, self.repo, self.seed)
+                        self.manager = self._schedule or self.tuning.manager(
+                            self.space, setting, self.job, self.repo, self.seed)
                         self.phase = self.manager.phase
                         self._record_phase(self.phase)
                     status, reason = self._train()
@@ -337,6 +344,8 @@ class Runner:
         with ThreadPoolExecutor(1, thread_name_prefix="tfonline-tuner") as self._tuner:
             while True:
                 self._record_segment_start()
+                if self.manager is not None:
+                    self._segment_goal = self.manager.segment_length() + self._warmup
                 switch = self._run_segment()
                 self._record_segment_end()
                 if switch is None:
@@ -425,10 +434,9 @@ class Runner:
         return None if self._stop_event.is_set() else switch
 
     def _wait(self, timeout_s: float) -> bool:
-        """Waits for a stop, or for the tuner's decision while one runs; returns whether the job stops."""
-        if self._deciding is None:
-            return self._stop_event.wait(timeout_s)
-        wait_for_futures([self._deciding], timeout_s)
+        """Waits for a stop, a decision or a segment's last iteration, at most ``timeout_s``; returns whether the job stops."""
+        self._wake.wait(timeout_s)
+        self._wake.clear()
         return self._stop_event.is_set()
 
     def _segment_complete(self) -> bool:
@@ -454,9 +462,11 @@ class Runner:
             ended, values = self._end_segment()
             self._warmup = 0
             row = self._start_segment()
+            self._segment_goal = None  # until the decision is in
         self.repo.update("segments", (self.job_id, ended), values)
         self.repo.insert("segments", row)
         self._deciding = self._tuner.submit(self._decide, run, ended)
+        self._deciding.add_done_callback(lambda _: self._wake.set())
 
     def _decide(self, run: SegmentRun, segment: int) -> tuple[Decision, int, str]:
         old_phase = self.manager.phase
@@ -484,6 +494,7 @@ class Runner:
             with self._lock:
                 self._warmup = max(self._warmup, len(self._segment_points))
                 self._segment_started = time.monotonic()
+                self._segment_goal = self.manager.segment_length() + self._warmup
             self.repo.update("segments", (self.job_id, self.segment), {"phase": self.phase})
         return decision
 
@@ -611,6 +622,7 @@ class Runner:
             if self._stop is None:
                 self._stop = stop
         self._stop_event.set()
+        self._wake.set()
 
     def _record_iteration(self, worker: int | None, exec_time_s: float, loss: float) -> None:
         with self._lock:
@@ -625,6 +637,8 @@ class Runner:
                 self.first_iteration_at = now
             smoothed = self.smoothed.add(loss)
             self._segment_points.append((self.step, loss, now))
+            if self._segment_goal is not None and len(self._segment_points) >= self._segment_goal:
+                self._wake.set()
             self.repo.insert("iterations", {
                 "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": self.setting_id,
                 "segment": self.segment, "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed,
@@ -703,7 +717,7 @@ class Runner:
             "status": "running", "target_loss": float(self.job.target_loss), "max_steps": self.max_steps,
             "max_seconds": self.max_seconds, "started_at": self.started_at, "node_count": node_count,
             "knob_space": json.dumps(space), "host": platform.node(), "tf_version": tf.__version__,
-            "python": platform.python_version(), "seed": self.seed, "tuned": int(self.tuning is not None),
+            "python": platform.python_version(), "seed": self.seed, "tuned": int(self.tuning is not None and self.tuning.schedule is None),
         })
         self.repo.flush()
         self._job_recorded = True

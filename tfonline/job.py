@@ -91,6 +91,7 @@ class MLJobFramework:
         extra_knobs: Sequence[Any] = (),
         tuning: dict[str, Any] | None = None,
         reconfig: str = "online",
+        schedule: Sequence[tuple[int, dict[str, Any]]] | None = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -127,6 +128,12 @@ class MLJobFramework:
                 ``"online"`` (the cheapest technique built for the change)
                 or ``"restart"`` (always read, rebuild and restore: the
                 baseline).
+            schedule: instead of tuning, switch at given steps:
+                ``[(step, {knob: value, ...}), ...]``, steps increasing, each
+                entry's changes on top of the setting before it. A switch
+                comes at the first segment end at or after its step (a few
+                steps late at most). For reproducing a sequence of
+                switches; not with ``tune``.
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -165,6 +172,13 @@ class MLJobFramework:
                           estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
         elif space is not None or extra_knobs or tuning is not None:
             raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
+        if schedule is not None:
+            from tfonline.reconfig.schedule import check_schedule
+            from tfonline.tuner import Tuning
+
+            if tune:
+                raise ConfigurationError("schedule replaces tuning: give schedule or tune=True, got both")
+            plan = Tuning(schedule=check_schedule(schedule), min_segment_s=0.0)
         from tfonline.reconfig import TECHNIQUES
 
         if reconfig not in TECHNIQUES:

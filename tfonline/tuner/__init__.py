@@ -36,6 +36,7 @@ class Tuning:
     exploration_budget: float | None = EXPLORATION_BUDGET
     estimator_factory: Any = None
     resume: bool = True
+    schedule: Sequence[tuple[int, dict[str, Any]]] | None = None  # run(schedule=...): switches, not tuning
 
     def __post_init__(self):
         check_options(self.initial_iterations, self.random_settings, self.segment_iterations, self.min_segment_s,

@@ -59,10 +59,12 @@ class KnobSpace:
     def __init__(self, node_count: int, cores: int, restrict: dict[str, Any] | None = None,
                  extra_knobs: Sequence[Knob] = ()):
         self.node_count = node_count
+        self.cores = cores
         self.knobs: dict[str, Knob] = dict(knob_table(node_count, cores))
         self.defaults = default_setting(node_count, cores)
         for knob in extra_knobs:
             self._add(knob)
+        self.extra_knobs = tuple(extra_knobs)
         self.values: dict[str, list] = {name: knob_values(knob) for name, knob in self.knobs.items()}
         for name, knob in self.knobs.items():  # a log grid may miss the default
             if knob.kind == "log-int" and self.defaults[name] not in self.values[name]:
