@@ -86,13 +86,14 @@ def test_session_knob_switches_reopen_sessions_and_keep_model_and_data(both):
         assert steps == list(range(1, result.iterations + 1))
 
 
-def test_after_a_session_switch_each_worker_reads_on_where_it_stopped(cluster, db_path):
+@pytest.mark.parametrize("how, technique", [("online", "ssr"), ("restart", "restart")])
+def test_after_a_switch_each_worker_reads_on_where_it_stopped(cluster, db_path, how, technique):
     result = CountdownJob().run(setting={"ps": 1, "worker": 1}, tune=True, db=db_path, cluster=cluster, quiet=True,
-                                space=dict(SESSION_SPACE, ps=1), tuning=LOOP)
+                                space=dict(SESSION_SPACE, ps=1), tuning=LOOP, reconfig=how)
     assert result.status == "converged", result.stop_reason
     conn = sqlite3.connect(db_path)
     techniques = [t for (t,) in conn.execute("select technique from reconfigurations")]
-    assert len(techniques) >= 3 and set(techniques) == {"ssr"}
+    assert len(techniques) >= 3 and set(techniques) == {technique}
     rows = conn.execute("select step, loss from iterations order by step").fetchall()
     assert [loss for _, loss in rows] == [3000 - step + 1 for step, _ in rows]  # no batch read twice, none skipped
 

@@ -92,6 +92,8 @@ class WorkerGraph:
     # Reads one number of every variable on its own device: a cheap round
     # trip from this worker to every ps node, safe to repeat.
     probe_op: tf.Operation | None = None
+    # Fed with local_init_op: how many of this worker's batches to skip.
+    skip: tf.Tensor | None = None
 
 
 def _check_loss(loss: Any) -> None:
@@ -104,13 +106,13 @@ def _check_loss(loss: Any) -> None:
         )
 
 
-def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip: int = 0):
+def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
     dataset = job.input_fn(shard, num_shards)
     if not isinstance(dataset, tf.data.Dataset):
         raise JobDefinitionError(
             f"input_fn must return a tf.data.Dataset of (features, labels), got {type(dataset).__name__}"
         )
-    if skip:
+    if skip is not None:
         dataset = dataset.skip(skip)
     # A shared name keeps the iterator, and its position, on the worker's
     # server across sessions: a session reopened with a new ConfigProto
@@ -190,15 +192,13 @@ def build_worker_graph(
     container: str,
     sync: bool,
     seed: int | None = None,
-    consumed: int = 0,
 ) -> WorkerGraph:
     """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief).
 
-    ``consumed`` is how many batches the job has read so far. After a
-    reconfiguration, each worker skips its share of them (``consumed /
-    workers``, rounded up), so that with round-robin sharding (batch b to
-    worker b mod workers) the job reads on from about where it was instead
-    of seeing its first batches again.
+    The input iterator's initializer takes how many of its batches to skip
+    (:attr:`WorkerGraph.skip`, fed when it is run): after a reconfiguration
+    each worker skips its share of the batches the job has read, so the
+    graph of a layout can be built once and reused.
     """
     graph = tf.Graph()
     ps_devices = [node_device(n) for n in layout.ps_nodes]
@@ -232,7 +232,7 @@ def build_worker_graph(
         with tf.device(node_device(worker_node)):
             num_shards = len(layout.worker_nodes)
             shared_name = f"{container}_input_{worker_rank}_of_{num_shards}"
-            skip = -(-consumed // num_shards)
+            skip = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="input_skip")
             iterator, features, labels = _input(job, worker_rank, num_shards, shared_name, skip)
             loss = _model(job, features, labels, rule, placing_creator)
             optimizer = job.optimizer_fn()
@@ -263,7 +263,7 @@ def build_worker_graph(
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
-        variables, restore_feeds, restore_op, probe_op,
+        variables, restore_feeds, restore_op, probe_op, skip,
     )
 
 

@@ -175,7 +175,7 @@ class Runner:
         self._wake = threading.Event()
         self._segment_goal: int | None = None  # iterations that complete the segment (its duration aside)
         self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
-        self._old_containers: list[str] = []
+        self._graphs_by_layout: dict[_graph.Layout, list[_graph.WorkerGraph]] = {}
         self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
         self._step_at_open = 0
 
@@ -278,29 +278,35 @@ class Runner:
 
     def _open(self, setting) -> None:
         layout = _graph.Layout.from_setting(setting)
-        placement = balanced_placement(self.partitions, len(layout.ps_nodes))
         self.layout = layout
-        self.graphs = [
-            _graph.build_worker_graph(
-                self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync, self.seed,
-                self._batches_read,
-            )
-            for rank in range(len(layout.worker_nodes))
-        ]
+        if layout not in self._graphs_by_layout:  # a layout's graphs are built once per job (about 0.2 s each)
+            placement = balanced_placement(self.partitions, len(layout.ps_nodes))
+            self._graphs_by_layout[layout] = [
+                _graph.build_worker_graph(
+                    self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
+                    self.seed,
+                )
+                for rank in range(len(layout.worker_nodes))
+            ]
+        self.graphs = self._graphs_by_layout[layout]
         self._sessions = [self._session(wg, setting) for wg in self.graphs]
         self._sessions[0].run(self.graphs[0].init_op)
+        # Each worker skips its share of the batches the job has read: with
+        # round-robin sharding (batch b to worker b mod workers) the job reads
+        # on from about where it was instead of seeing its first batches again.
+        skip = -(-self._batches_read // len(self.graphs))
         # The input iterators are made in a session without XLA: with
         # auto-clustering on, MakeIterator fails on a remote worker
         # ("Multiple CPU devices"). The iterators have shared names, so the
         # training sessions then read from them.
         if setting["global_jit_level"] == "OFF":
             for session, wg in zip(self._sessions, self.graphs):
-                session.run(wg.local_init_op)
+                session.run(wg.local_init_op, {wg.skip: skip})
         else:
             no_jit = dict(setting, global_jit_level="OFF")
             for wg in self.graphs:
                 with self._session(wg, no_jit) as init_session:
-                    init_session.run(wg.local_init_op)
+                    init_session.run(wg.local_init_op, {wg.skip: skip})
         for session, wg in zip(self._sessions, self.graphs):
             _until_reachable(lambda: session.run(wg.probe_op))
 
@@ -326,7 +332,7 @@ class Runner:
         (NOTES.md), so the nodes are reset side by side under one deadline:
         the worst case costs CLEANUP_TIMEOUT_S once, not once per node.
         """
-        containers = self._old_containers + [self.container]
+        containers = [self.container]
 
         def reset(index: int) -> None:
             target = self.cluster.target(index)
@@ -526,14 +532,14 @@ class Runner:
                 "parts": sorted(switch_parts(self.space, old, new))}
 
     def _reconfigure(self, new: dict[str, Any], how: Plan) -> None:
-        """The simplest correct mechanism: read every variable, rebuild the graphs and sessions
-        for the new setting (restarting nodes whose thread pools change), and restore the values.
+        """The restart technique: read every variable, open sessions on the new setting's graphs
+        (restarting nodes whose thread pools change), initialise and restore the values.
 
-        The new graphs live in a fresh container; the old ones are dropped when
-        the job ends (resetting a container closes every session on its node).
-        Each worker skips its share of the batches the job has read so far
-        (see :func:`tfonline._graph.build_worker_graph`), so the job reads on
-        instead of seeing its first batches again.
+        The graphs of a layout are built the first time the job uses it and
+        reused after (:meth:`_open`); every layout's variables live in the
+        job's one container, which is dropped when the job ends. Each worker
+        skips its share of the batches the job has read so far, so the job
+        reads on instead of seeing its first batches again.
         """
         # The switch's cost runs from the old setting's last iteration to the new one's first.
         last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
@@ -546,7 +552,6 @@ class Runner:
         # An asynchronous iteration reads one batch; a synchronous one, one per worker.
         self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
         self._step_at_open = self.step
-        old_container, self.container = self.container, "tfonline." + uuid.uuid4().hex
         self.setting = new
         self._record_setting(new)
         marks.append(("closed sessions", time.monotonic()))
@@ -560,9 +565,6 @@ class Runner:
         marks.append(("restored variables", time.monotonic()))
         logger.info("reconfiguration %s -> %s: %s", short_form(old), short_form(new), ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
-        # Session.reset would also close the new sessions, so the old container
-        # is dropped with the others when the job ends.
-        self._old_containers.append(old_container)
         self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 

@@ -14,8 +14,9 @@ Built so far:
   keeps its position (it has a shared name on its worker's server).
   Nothing is read, copied or restored.
 - **Restart** (``technique "restart"``), everything else for now: read
-  every variable, rebuild the graphs and sessions in a fresh container
-  (restarting nodes whose thread pools change), restore the values. A
+  every variable, open sessions on the new layout's graphs (built the first
+  time the job uses the layout, reused after), restarting nodes whose
+  thread pools change, initialise, restore the values. A
   thread change restarts nodes; a layout change needs model relocation
   (ODMR) and data re-sharding (TDR), which are not built yet.
 
@@ -72,6 +73,6 @@ def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, An
     restarted = [name for name in changed if name in THREAD_KNOBS]
     if restarted:
         actions.append("restart nodes for new thread pools")
-    actions += ["rebuild graphs and sessions in a new container (each worker skips its share of the batches "
-                "read so far)", "restore variables"]
+    actions += ["open sessions on the new layout's graphs (built on its first use) and initialise them "
+                "(each worker skips its share of the batches read so far)", "restore variables"]
     return Plan(types, changed, "restart", tuple(actions))
