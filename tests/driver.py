@@ -7,6 +7,9 @@ import sys
 from jobs import TinyLogR
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that waits in vain asks for the stacks
+# Ctrl-C as in a terminal: a suite started in the background by a shell (`make test &`) inherits SIGINT
+# ignored, and Python then leaves it ignored (a run in the background is meant to survive Ctrl-C).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 job = TinyLogR()
 job.target_loss = 1e-6  # never reached: the test stops the driver

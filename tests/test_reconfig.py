@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import os
 import sqlite3
+import tempfile
 
 import numpy as np
 import pytest
@@ -34,16 +37,18 @@ def test_a_change_is_classified_and_planned(change, types, technique):
         assert how.actions[0] == "read variables" and how.actions[-1] == "restore variables"
         assert ("restart nodes for new thread pools" in how.actions) == ("intra_op_parallelism_threads" in change)
     assert plan(KNOBS, BASE, dict(BASE, **change), technique="restart").technique == "restart"
+    baseline = plan(KNOBS, BASE, dict(BASE, **change), technique="checkpoint")
+    assert baseline.technique == "checkpoint" and baseline.actions[0].startswith("save a checkpoint")
 
 
 def test_no_change_has_nothing_to_do_and_an_unknown_technique_is_refused():
     assert plan(KNOBS, BASE, dict(BASE)).actions == ()
-    with pytest.raises(ValueError, match="reconfig must be one of 'online', 'restart', got 'teleport'"):
+    with pytest.raises(ValueError, match="reconfig must be one of 'online', 'restart', 'checkpoint', got 'teleport'"):
         plan(KNOBS, BASE, BASE, technique="teleport")
 
 
 def test_run_refuses_an_unknown_reconfig(db_path):
-    with pytest.raises(ConfigurationError, match="reconfig must be one of 'online', 'restart', got 'ckpt'"):
+    with pytest.raises(ConfigurationError, match="reconfig must be one of 'online', 'restart', 'checkpoint', got 'ckpt'"):
         SlowerLogR().run(db=db_path, reconfig="ckpt", quiet=True)
 
 
@@ -86,7 +91,7 @@ def test_session_knob_switches_reopen_sessions_and_keep_model_and_data(both):
         assert steps == list(range(1, result.iterations + 1))
 
 
-@pytest.mark.parametrize("how, technique", [("online", "ssr"), ("restart", "restart")])
+@pytest.mark.parametrize("how, technique", [("online", "ssr"), ("restart", "restart"), ("checkpoint", "checkpoint")])
 def test_after_a_switch_each_worker_reads_on_where_it_stopped(cluster, db_path, how, technique):
     result = CountdownJob().run(setting={"ps": 1, "worker": 1}, tune=True, db=db_path, cluster=cluster, quiet=True,
                                 space=dict(SESSION_SPACE, ps=1), tuning=LOOP, reconfig=how)
@@ -109,7 +114,8 @@ def _losses(db, job_id):
         "select loss from iterations where job_id = ? order by step", (job_id,))]
 
 
-def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_nodes, tmp_path):
+@pytest.mark.parametrize("how", ["online", "checkpoint"])
+def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_nodes, tmp_path, how):
     """ps 1 -> 3 -> 2, a thread change and a session-knob change: the same losses, step by step, as no switch."""
     db = str(tmp_path / "runs.db")
     start = {"ps": 1, "worker": 1, "intra_op_parallelism_threads": 2}
@@ -118,14 +124,19 @@ def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_no
     job = TinyLogR()
     job.target_loss = 1e-6  # not reached: both run 220 steps
     plain = job.run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=220, quiet=True)
+    checkpoints = set(glob.glob(os.path.join(tempfile.gettempdir(), "tfonline-checkpoint-*")))
     switched = job.run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=220, quiet=True,
-                       schedule=schedule)
+                       schedule=schedule, reconfig=how)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "tfonline-checkpoint-*"))) == checkpoints  # removed
     assert plain.iterations == switched.iterations == 220
     conn = sqlite3.connect(db)
     made = conn.execute("select step, types, technique from reconfigurations where job_id = ? order by step",
                         (switched.job_id,)).fetchall()
-    assert [(types, technique) for _, types, technique in made] == [
-        ("I-b", "restart"), ("I-b", "restart"), ("II", "restart"), ("II", "ssr")]
+    moved = [m for (m,) in conn.execute("select bytes_moved from reconfigurations where job_id = ? order by step",
+                                         (switched.job_id,))]
+    assert all(m > 0 for m in moved) if how == "checkpoint" else moved[-1] == 0  # the checkpoint's files; SSR none
+    expected = ["restart", "restart", "restart", "ssr"] if how == "online" else ["checkpoint"] * 4
+    assert [(types, technique) for _, types, technique in made] == list(zip(["I-b", "I-b", "II", "II"], expected))
     assert all(scheduled <= step < scheduled + 10 for (step, _, _), (scheduled, _) in zip(made, schedule))
     assert np.allclose(_losses(db, switched.job_id), _losses(db, plain.job_id), rtol=1e-4, atol=1e-6)
     (tuned,) = conn.execute("select tuned from jobs where id = ?", (switched.job_id,)).fetchone()

@@ -94,6 +94,7 @@ class WorkerGraph:
     probe_op: tf.Operation | None = None
     # Fed with local_init_op: how many of this worker's batches to skip.
     skip: tf.Tensor | None = None
+    saver: tf.compat.v1.train.Saver | None = None  # reconfig="checkpoint" only
 
 
 def _check_loss(loss: Any) -> None:
@@ -192,6 +193,7 @@ def build_worker_graph(
     container: str,
     sync: bool,
     seed: int | None = None,
+    saver: bool = False,
 ) -> WorkerGraph:
     """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief).
 
@@ -260,10 +262,12 @@ def build_worker_graph(
                 probes.append(tf.reshape(variable.read_value(), [-1])[:1])
         with tf.device(node_device(worker_node)):
             probe_op = tf.group(*[tf.identity(p) for p in probes], name="probe")
+        # The checkpoint-restart baseline's saver: each ps node writes its own variables.
+        checkpoint = tf.compat.v1.train.Saver(variables, sharded=True) if saver else None
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
-        variables, restore_feeds, restore_op, probe_op, skip,
+        variables, restore_feeds, restore_op, probe_op, skip, checkpoint,
     )
 
 

@@ -13,8 +13,10 @@ import logging
 import math
 import os
 import platform
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -176,6 +178,7 @@ class Runner:
         self._segment_goal: int | None = None  # iterations that complete the segment (its duration aside)
         self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
         self._graphs_by_layout: dict[_graph.Layout, list[_graph.WorkerGraph]] = {}
+        self._checkpoint_dir: str | None = None  # reconfig="checkpoint": where the job's checkpoints go
         self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
         self._step_at_open = 0
 
@@ -237,6 +240,8 @@ class Runner:
         finally:
             self._record_job_end(status, reason)
             repo.close()
+            if self._checkpoint_dir is not None:
+                shutil.rmtree(self._checkpoint_dir, ignore_errors=True)
         if error is not None:
             raise error
         return self._result(status, reason)
@@ -284,7 +289,7 @@ class Runner:
             self._graphs_by_layout[layout] = [
                 _graph.build_worker_graph(
                     self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
-                    self.seed,
+                    self.seed, saver=self.reconfig == "checkpoint",
                 )
                 for rank in range(len(layout.worker_nodes))
             ]
@@ -361,6 +366,8 @@ class Runner:
                 how = plan(self.space.knobs, self.setting, switch.candidate, self.reconfig)
                 if how.technique == "ssr":
                     self._reopen_sessions(switch.candidate, how)
+                elif how.technique == "checkpoint":
+                    self._checkpoint_restart(switch.candidate, how)
                 else:
                     self._reconfigure(switch.candidate, how)
         stop = self._stop
@@ -530,6 +537,36 @@ class Runner:
                 "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
                 "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "last_wall": last_wall,
                 "parts": sorted(switch_parts(self.space, old, new))}
+
+    def _checkpoint_restart(self, new: dict[str, Any], how: Plan) -> None:
+        """The baseline, as existing systems switch: checkpoint, restart every node, rebuild, restore."""
+        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        old = self.setting
+        if self._checkpoint_dir is None:
+            self._checkpoint_dir = tempfile.mkdtemp(prefix="tfonline-checkpoint-")
+        with self.graphs[0].graph.as_default():  # the driver runs eagerly elsewhere; a Saver must see its graph
+            path = self.graphs[0].saver.save(self._sessions[0], os.path.join(self._checkpoint_dir, "model"),
+                                             write_meta_graph=False)
+        moved = sum(os.path.getsize(os.path.join(self._checkpoint_dir, f)) for f in os.listdir(self._checkpoint_dir)
+                    if f.startswith(os.path.basename(path)))
+        self._close_sessions()
+        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
+        self._step_at_open = self.step
+        self.setting = new
+        self._record_setting(new)
+        used = new["ps"] + new["worker"]
+        threads = {node: _threads(new) if node < used else self.cluster.node_threads(node)
+                   for node in range(self.cluster.node_count)}
+        if isinstance(self.cluster, LocalCluster):
+            self.cluster.restart_nodes(threads)
+        else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead
+            self._reset_container()
+        self._graphs_by_layout.clear()  # built anew, as a restarted job would
+        self._open(new)
+        with self.graphs[0].graph.as_default():
+            self.graphs[0].saver.restore(self._sessions[0], path)
+        self._warmup = len(self.graphs)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
     def _reconfigure(self, new: dict[str, Any], how: Plan) -> None:
         """The restart technique: read every variable, open sessions on the new setting's graphs

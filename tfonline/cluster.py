@@ -473,6 +473,17 @@ class LocalCluster(Cluster):
             self._end_all(old)
             self._start_nodes(todo)
 
+    def restart_nodes(self, threads: dict[int, NodeThreads]) -> None:
+        """Restarts these nodes, side by side, with these pools, whether or not the pools change."""
+        with self._lock:
+            todo = list(threads)
+            old = [self._procs[i] for i in todo]
+            for i in todo:
+                self._threads[i] = threads[i]
+                self._procs[i] = None
+            self._end_all(old)
+            self._start_nodes(todo)
+
     def restart_node(self, index: int) -> float:
         """Replaces node ``index`` by a process serving its current thread pools.
 

@@ -20,8 +20,11 @@ Built so far:
   thread change restarts nodes; a layout change needs model relocation
   (ODMR) and data re-sharding (TDR), which are not built yet.
 
-``run(reconfig="restart")`` makes every switch a restart, the baseline the
-online techniques are measured against.
+``run(reconfig="restart")`` makes every switch a restart.
+``run(reconfig="checkpoint")`` is what existing systems do, the baseline
+the online techniques are measured against: save a checkpoint with
+``tf.compat.v1.train.Saver``, restart every node, build the graphs and
+sessions anew, restore the checkpoint, resume.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from tfonline.setting import Knob
 __all__ = ["Plan", "plan", "TECHNIQUES", "THREAD_KNOBS"]
 
 # What run(reconfig=...) accepts.
-TECHNIQUES = ("online", "restart")
+TECHNIQUES = ("online", "restart", "checkpoint")
 # Knobs that live in the node servers' config: a change restarts the node.
 THREAD_KNOBS = ("intra_op_parallelism_threads", "inter_op_parallelism_threads")
 LAYOUT_KNOBS = ("ps", "worker")
@@ -66,6 +69,10 @@ def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, An
     types = tuple(sorted({knobs[name].reconfiguration for name in changed}))
     if not changed:
         return Plan(types, changed, "none", ())
+    if technique == "checkpoint":
+        return Plan(types, changed, "checkpoint", (
+            "save a checkpoint (tf.compat.v1.train.Saver)", "restart every node", "build graphs and sessions",
+            "restore the checkpoint"))
     session_only = all(name not in THREAD_KNOBS and name not in LAYOUT_KNOBS for name in changed)
     if technique == "online" and session_only:
         return Plan(types, changed, "ssr", ("reopen sessions with the new ConfigProto",))
