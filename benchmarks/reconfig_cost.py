@@ -1,17 +1,19 @@
-"""Cost of a switch of session knobs: SSR (reopen sessions) against the restart baseline, side by side.
+"""Cost of a switch of session knobs: SSR (reopen sessions) against restart and checkpoint-restart, side by side.
 
     python benchmarks/reconfig_cost.py [--db bench-runs/reconfig.db] [--switches 10] [--pairs 1]
 
 The LogR benchmark job (see tune_vs_fixed.py) is tuned over the session
-knobs only (ps 1, 2 workers and the thread pools pinned, XLA off), once with
-``reconfig="online"`` (every switch is SSR) and once with
-``reconfig="restart"`` (every switch reads, rebuilds and restores). The
-random phase has no budget, so both runs draw the same ``--switches``
-random settings in the same order (the draws are seeded). The script prints
-each switch's measured cost (wall time from the last iteration under the
-old setting to the first under the new one) for both, their medians, and
-the ratio restart/SSR. Layout and thread switches are not SSR's and are not
-measured here.
+knobs only (ps 1, 2 workers and the thread pools pinned, XLA off), once
+with each technique: ``reconfig="online"`` (every switch is SSR),
+``"restart"`` (read every variable, reopen on the layout's graphs,
+restore) and ``"checkpoint"`` (the baseline of existing systems: a Saver
+checkpoint, every node restarted, graphs built anew, restored). The random
+phase has no budget, so every run draws the same ``--switches`` random
+settings in the same order (the draws are seeded). The script prints each
+switch's measured cost (wall time from the last iteration under the old
+setting to the first under the new one) for each technique, their medians,
+and the ratios to SSR. Layout and thread switches are not SSR's and are
+not measured here.
 """
 
 from __future__ import annotations
@@ -52,18 +54,22 @@ def main(argv=None) -> int:
     with LocalCluster() as cluster:
         for pair in range(args.pairs):
             measured = {}
-            for how in (("restart", "online") if pair % 2 else ("online", "restart")):
+            order = ("online", "restart", "checkpoint")
+            for how in (order[::-1] if pair % 2 else order):
                 result = LongLogR().run(setting=START, tune=True, db=args.db, cluster=cluster, quiet=True,
                                         space=START, tuning=tuning, reconfig=how)
                 measured[how] = costs(args.db, result.job_id, args.switches)
-            ssr, restart = measured["online"], measured["restart"]
-            for i, (a, b) in enumerate(zip(ssr, restart)):
-                print(f"  switch {i + 1}: SSR {a:.3f} s, restart {b:.3f} s")
-            ratio = statistics.median(restart) / statistics.median(ssr)
+            ssr, restart, checkpoint = measured["online"], measured["restart"], measured["checkpoint"]
+            for i, (a, b, c) in enumerate(zip(ssr, restart, checkpoint)):
+                print(f"  switch {i + 1}: SSR {a:.3f} s, restart {b:.3f} s, checkpoint {c:.3f} s")
+            median = {how: statistics.median(values) for how, values in measured.items()}
+            ratio = median["checkpoint"] / median["online"]
             ratios.append(ratio)
-            print(f"pair {pair}: {len(ssr)} and {len(restart)} switches; median SSR {statistics.median(ssr):.3f} s, "
-                  f"restart {statistics.median(restart):.3f} s; restart/SSR {ratio:.1f}", flush=True)
-    print("restart/SSR over {} pair(s): {}".format(len(ratios), ", ".join(f"{r:.1f}" for r in ratios)))
+            print(f"pair {pair}: {len(ssr)}, {len(restart)} and {len(checkpoint)} switches; median SSR "
+                  f"{median['online']:.3f} s, restart {median['restart']:.3f} s, checkpoint "
+                  f"{median['checkpoint']:.3f} s; restart/SSR {median['restart'] / median['online']:.1f}, "
+                  f"checkpoint/SSR {ratio:.1f}", flush=True)
+    print("checkpoint/SSR over {} pair(s): {}".format(len(ratios), ", ".join(f"{r:.1f}" for r in ratios)))
     return 0
 
 
