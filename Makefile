@@ -1,5 +1,5 @@
 # Two commands do everything on a fresh machine:
-#   make demo   set up .venv, run an example job on the embedded cluster, print its report
+#   make demo   set up .venv, run an example job with tuning on the embedded cluster, print its report
 #   make test   set up .venv, run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -20,7 +20,7 @@ install: $(STAMP)
 demo: install
 	mkdir -p demo-runs
 	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/logr.py --db $(DEMO_DB)
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/logr.py --db $(DEMO_DB) --tune --ps 3 --worker 1
 	$(BIN)/tfonline report $(DEMO_DB)
 
 test: install

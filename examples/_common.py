@@ -17,11 +17,13 @@ def run_example(make_job: Callable, description: str, add_arguments: Callable | 
     parser.add_argument("--worker", type=int, default=2, help="worker nodes (default: 2)")
     parser.add_argument("--mode", default="async", choices=["async", "sync"])
     parser.add_argument("--max-steps", type=int)
+    parser.add_argument("--tune", action="store_true",
+                        help="tune the setting while training, starting from --ps/--worker")
     if add_arguments:
         add_arguments(parser)
     args = parser.parse_args(argv)
     result = make_job(args).run(setting={"ps": args.ps, "worker": args.worker}, db=args.db, mode=args.mode,
-                                max_steps=args.max_steps)
+                                max_steps=args.max_steps, tune=args.tune)
     print(result)
     return result
 

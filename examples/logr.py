@@ -1,6 +1,6 @@
 """Sparse logistic regression on Criteo-like hashed click data.
 
-    python examples/logr.py [--db runs.db] [--ps 1 --worker 2] [--mode async|sync] [--libsvm FILE]
+    python examples/logr.py [--db runs.db] [--ps 1 --worker 2] [--mode async|sync] [--tune] [--libsvm FILE]
 
 The default data is generated (``tfonline.data.hashed_sparse_dataset``,
 2**20 hashed features); ``--libsvm FILE`` trains on a libsvm-format file

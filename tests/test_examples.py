@@ -48,4 +48,4 @@ def test_example_command_line(examples, tmp_path, capsys):
     with pytest.raises(SystemExit):
         examples["logr"].main(["--help"])
     out = capsys.readouterr().out
-    assert "--libsvm" in out and "--ps" in out and "--mode" in out
+    assert "--libsvm" in out and "--ps" in out and "--mode" in out and "--tune" in out
