@@ -518,7 +518,7 @@ class Runner:
         the same), and each worker's input iterator, which has a shared name
         on its server, reads on where it stopped. Nothing is moved.
         """
-        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        last_wall = self._last_wall()
         old = self.setting
         started = time.monotonic()
         self._close_sessions()
@@ -532,6 +532,16 @@ class Runner:
         self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, 0, last_wall)
 
+    def _last_wall(self) -> float:
+        """When the old setting's last iteration ended: a switch's cost is counted from there."""
+        return self._segment_points[-1][2] if self._segment_points else time.time()
+
+    def _count_batches_read(self) -> None:
+        """Adds the batches read since the graphs were last opened (before they are opened again)."""
+        # An asynchronous iteration reads one batch; a synchronous one, one per worker.
+        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
+        self._step_at_open = self.step
+
     def _reconfiguration_row(self, old, new, how: Plan, moved: int, last_wall: float) -> dict[str, Any]:
         return {"job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
                 "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
@@ -540,18 +550,17 @@ class Runner:
 
     def _checkpoint_restart(self, new: dict[str, Any], how: Plan) -> None:
         """The baseline, as existing systems switch: checkpoint, restart every node, rebuild, restore."""
-        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        last_wall = self._last_wall()
         old = self.setting
         if self._checkpoint_dir is None:
             self._checkpoint_dir = tempfile.mkdtemp(prefix="tfonline-checkpoint-")
+        folder = tempfile.mkdtemp(dir=self._checkpoint_dir)  # this switch's checkpoint, and nothing else
         with self.graphs[0].graph.as_default():  # the driver runs eagerly elsewhere; a Saver must see its graph
-            path = self.graphs[0].saver.save(self._sessions[0], os.path.join(self._checkpoint_dir, "model"),
+            path = self.graphs[0].saver.save(self._sessions[0], os.path.join(folder, "model"),
                                              write_meta_graph=False)
-        moved = sum(os.path.getsize(os.path.join(self._checkpoint_dir, f)) for f in os.listdir(self._checkpoint_dir)
-                    if f.startswith(os.path.basename(path)))
+        moved = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
         self._close_sessions()
-        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
-        self._step_at_open = self.step
+        self._count_batches_read()
         self.setting = new
         self._record_setting(new)
         used = new["ps"] + new["worker"]
@@ -565,6 +574,7 @@ class Runner:
         self._open(new)
         with self.graphs[0].graph.as_default():
             self.graphs[0].saver.restore(self._sessions[0], path)
+        shutil.rmtree(folder, ignore_errors=True)
         self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
@@ -579,16 +589,14 @@ class Runner:
         reads on instead of seeing its first batches again.
         """
         # The switch's cost runs from the old setting's last iteration to the new one's first.
-        last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+        last_wall = self._last_wall()
         old = self.setting
         marks = [("start", time.monotonic())]
         values = self._sessions[0].run(self.graphs[0].variables)
         marks.append(("read variables", time.monotonic()))
         moved = int(sum(getattr(v, "nbytes", 0) for v in values.values()))
         self._close_sessions()
-        # An asynchronous iteration reads one batch; a synchronous one, one per worker.
-        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
-        self._step_at_open = self.step
+        self._count_batches_read()
         self.setting = new
         self._record_setting(new)
         marks.append(("closed sessions", time.monotonic()))

@@ -465,24 +465,17 @@ class LocalCluster(Cluster):
     def set_threads_of(self, changes: dict[int, NodeThreads]) -> None:
         """Restarts every node whose pools change, side by side."""
         with self._lock:
-            todo = [i for i, threads in changes.items() if self._threads[i] != threads]
-            old = [self._procs[i] for i in todo]
-            for i in todo:
-                self._threads[i] = changes[i]
-                self._procs[i] = None
-            self._end_all(old)
-            self._start_nodes(todo)
+            self.restart_nodes({i: threads for i, threads in changes.items() if self._threads[i] != threads})
 
     def restart_nodes(self, threads: dict[int, NodeThreads]) -> None:
         """Restarts these nodes, side by side, with these pools, whether or not the pools change."""
         with self._lock:
-            todo = list(threads)
-            old = [self._procs[i] for i in todo]
-            for i in todo:
-                self._threads[i] = threads[i]
+            old = [self._procs[i] for i in threads]
+            for i, pools in threads.items():
+                self._threads[i] = pools
                 self._procs[i] = None
             self._end_all(old)
-            self._start_nodes(todo)
+            self._start_nodes(list(threads))
 
     def restart_node(self, index: int) -> float:
         """Replaces node ``index`` by a process serving its current thread pools.
