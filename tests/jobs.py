@@ -67,3 +67,27 @@ class CountdownJob(tfonline.MLJobFramework):
 
     def optimizer_fn(self):
         return tf.compat.v1.train.GradientDescentOptimizer(0.1)
+
+
+class CounterJob(tfonline.MLJobFramework):
+    """Every push adds exactly 1 to every parameter: the loss is 1000 − mean(parameters), SGD at rate ``size``.
+
+    The parameter (``size`` float64s, large enough to be cut into partitions) read at a step therefore holds
+    the number of pushes applied before that read, and the loss shows it: ``1000 - loss``.
+    """
+
+    target_loss = 1e-9  # never reached: runs stop at max_steps
+    max_seconds = 120
+    smoothing_window = 1
+    size = 40_000  # 320 KB of float64: partitioned over the ps nodes
+
+    def input_fn(self, shard, num_shards):
+        return tf.data.Dataset.from_tensors((tf.zeros([1], tf.float64), tf.zeros([1], tf.float64))).repeat()
+
+    def model_fn(self, features, labels):
+        counter = tf.compat.v1.get_variable("counter", [self.size], tf.float64,
+                                            initializer=tf.compat.v1.zeros_initializer())
+        return 1000.0 - tf.reduce_mean(counter) + 0.0 * tf.reduce_sum(features)
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.GradientDescentOptimizer(float(self.size))

@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 import pytest
 from conftest import node_processes
-from jobs import CountdownJob, SlowerLogR, TinyLogR
+from jobs import CounterJob, CountdownJob, SlowerLogR, TinyLogR
 
 from tfonline.cluster import LocalCluster, NodeThreads
 from tfonline.exceptions import ConfigurationError
@@ -174,3 +174,29 @@ def test_a_schedule_cannot_change_the_thread_pools_of_nodes_tfonline_did_not_sta
                                                  rf"{other} is outside what this cluster allows, \[{fixed}\]"):
         TinyLogR().run(db=db_path, cluster=list(cluster.addresses), quiet=True,
                        schedule=[(5, {"intra_op_parallelism_threads": other})])
+
+
+def test_async_switches_never_count_a_push_twice_and_lose_none_when_workers_pause(five_nodes, db_path):
+    """Asynchronous, 2 workers, ps 1 -> 3 -> 2 and a session-knob switch, on a counter every push adds 1 to.
+
+    A read at step k sees the pushes of steps before k, give or take the other worker's push in flight (a
+    push lands partition by partition, so a read can see part of one). The restart and SSR techniques pause
+    every worker at an iteration's end before they read or reopen, so a switch loses no push and counts none
+    twice: between switches the reads keep the same offset from k - 1 (a lost push would move it by -1, a
+    push counted twice by +1).
+    """
+    job = CounterJob()
+    schedule = [(60, {"ps": 3}), (120, {"ps": 2}), (180, {"do_function_inlining": False})]
+    result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster=five_nodes, max_steps=240, quiet=True,
+                     schedule=schedule)
+    assert result.iterations == 240
+    conn = sqlite3.connect(db_path)
+    switches = conn.execute("select step, technique from reconfigurations order by step").fetchall()
+    assert [t for _, t in switches] == ["restart", "restart", "ssr"]
+    rows = np.array(conn.execute("select step, loss from iterations order by step").fetchall())
+    offset = (1000.0 - rows[:, 1]) - (rows[:, 0] - 1)  # counter read at step k, less the k - 1 pushes before it
+    assert offset.max() <= 1 + 1e-9 and offset.min() >= -2  # at most the other worker's push, in or out
+    bounds = [0] + [step for step, _ in switches] + [241]
+    for low, high in zip(bounds, bounds[1:]):
+        between = offset[(rows[:, 0] > low + 2) & (rows[:, 0] < high - 2)]
+        assert abs(np.median(between)) <= 0.5, (low, high, np.median(between))

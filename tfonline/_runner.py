@@ -358,6 +358,8 @@ class Runner:
                 if self.manager is not None:
                     self._segment_goal = self.manager.segment_length() + self._warmup
                 switch = self._run_segment()
+                if self._pending_reconfiguration is not None:  # a switch just before the job's end
+                    self._record_reconfiguration_cost()
                 self._record_segment_end()
                 if switch is None:
                     break
