@@ -43,7 +43,7 @@ def test_a_change_is_classified_and_planned(change, types, technique):
 
 def test_no_change_has_nothing_to_do_and_an_unknown_technique_is_refused():
     assert plan(KNOBS, BASE, dict(BASE)).actions == ()
-    with pytest.raises(ValueError, match="reconfig must be one of 'online', 'restart', 'checkpoint', got 'teleport'"):
+    with pytest.raises(ConfigurationError, match="reconfig must be one of 'online', 'restart', 'checkpoint', got 'teleport'"):
         plan(KNOBS, BASE, BASE, technique="teleport")
 
 

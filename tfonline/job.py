@@ -179,10 +179,9 @@ class MLJobFramework:
             if tune:
                 raise ConfigurationError("schedule replaces tuning: give schedule or tune=True, got both")
             plan = Tuning(schedule=check_schedule(schedule), min_segment_s=0.0)
-        from tfonline.reconfig import TECHNIQUES
+        from tfonline.reconfig import check_technique
 
-        if reconfig not in TECHNIQUES:
-            raise ConfigurationError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {reconfig!r}")
+        check_technique(reconfig)
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress,
                       tuning=plan, reconfig=reconfig).run()

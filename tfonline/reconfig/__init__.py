@@ -32,9 +32,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from tfonline.exceptions import ConfigurationError
 from tfonline.setting import Knob
 
-__all__ = ["Plan", "plan", "TECHNIQUES", "THREAD_KNOBS"]
+__all__ = ["Plan", "plan", "check_technique", "TECHNIQUES", "THREAD_KNOBS"]
 
 # What run(reconfig=...) accepts.
 TECHNIQUES = ("online", "restart", "checkpoint")
@@ -60,11 +61,17 @@ class Plan:
     actions: tuple[str, ...]
 
 
+def check_technique(technique: Any) -> str:
+    """``run(reconfig=...)``'s value, checked."""
+    if technique not in TECHNIQUES:
+        raise ConfigurationError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {technique!r}")
+    return technique
+
+
 def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, Any],
          technique: str = "online") -> Plan:
     """The plan for a switch from ``old`` to ``new``; ``technique="restart"`` forces the baseline."""
-    if technique not in TECHNIQUES:
-        raise ValueError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {technique!r}")
+    check_technique(technique)
     changed = tuple(name for name in knobs if old.get(name) != new.get(name))
     types = tuple(sorted({knobs[name].reconfiguration for name in changed}))
     if not changed:

@@ -255,12 +255,9 @@ class GPOptimizer:
         grid = np.column_stack([rng.choice(c, ENUMERATE_AT_MOST) for c in choices])
         grid = grid[self._feasible(grid)]
         scores = self._acquisition(bo, grid, loss)
-        best, best_score = grid[int(np.argmin(scores))], float(np.min(scores))
-        for start in grid[np.argsort(scores, kind="stable")[:CLIMB_FROM]]:
-            x, score = self._climb(bo, start, float(self._acquisition(bo, start[None, :], loss)[0]), choices, loss)
-            if score < best_score:
-                best, best_score = x, score
-        return self.space.decode(best)
+        climbs = [self._climb(bo, grid[i], float(scores[i]), choices, loss)
+                  for i in np.argsort(scores, kind="stable")[:CLIMB_FROM]]
+        return self.space.decode(min(climbs, key=lambda climb: climb[1])[0])
 
     def _climb(self, bo, x: np.ndarray, score: float, choices: list[list[float]],
                loss: float) -> tuple[np.ndarray, float]:
