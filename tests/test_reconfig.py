@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import sqlite3
 import tempfile
 
@@ -14,7 +15,7 @@ from conftest import node_processes
 from jobs import CounterJob, CountdownJob, SlowerLogR, TinyLogR
 
 from tfonline.cluster import LocalCluster, NodeThreads
-from tfonline.exceptions import ConfigurationError
+from tfonline.exceptions import ConfigurationError, NodeFailedError
 from tfonline.reconfig import plan
 from tfonline.setting import knob_table, resolve_setting
 
@@ -200,3 +201,35 @@ def test_async_switches_never_count_a_push_twice_and_lose_none_when_workers_paus
     for low, high in zip(bounds, bounds[1:]):
         between = offset[(rows[:, 0] > low + 2) & (rows[:, 0] < high - 2)]
         assert abs(np.median(between)) <= 0.5, (low, high, np.median(between))
+
+
+@pytest.mark.parametrize("victim", [0, 2])
+def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monkeypatch, victim):
+    """A ps node (0) or the new setting's worker (2) killed as the switch to ps 2 opens its sessions.
+
+    Without the watch the driver hung for good inside a TensorFlow call (NOTES.md).
+    """
+    from tfonline import _runner
+
+    opened = []
+
+    def open_then_kill(self, setting):
+        opened.append(setting["ps"])
+        if len(opened) == 2:  # the switch, not the job's start
+            os.kill(self.cluster._procs[victim].popen.pid, signal.SIGKILL)
+        return original(self, setting)
+
+    original = _runner.Runner._open
+    monkeypatch.setattr(_runner.Runner, "_open", open_then_kill)
+    before = node_processes()
+    with pytest.raises(NodeFailedError, match=rf"node {victim} \(127\.0\.0\.1:\d+\) died during the job with exit "
+                                               rf"code -9, during the switch from ps1 w1 .* to ps2 w1 .* at step "
+                                               rf"\d+; the job stopped rather than train on parameters"):
+        TinyLogR().run(setting={"ps": 1, "worker": 1}, db=db_path, nodes=3, max_steps=400, quiet=True,
+                       schedule=[(30, {"ps": 2})])
+    assert opened == [1, 2]
+    assert node_processes() == before  # every node it started is stopped
+    conn = sqlite3.connect(db_path)
+    status, reason = conn.execute("select status, stop_reason from jobs").fetchone()
+    assert status == "failed" and reason.startswith(f"node {victim} ")
+    assert conn.execute("select max(step) from iterations").fetchone()[0] >= 30  # what was committed stays

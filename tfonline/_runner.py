@@ -66,6 +66,8 @@ JOIN_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 5.0
 ESTIMATE_INTERVAL_S = 1.0
 UNAVAILABLE_GRACE_S = 15.0
+# A switch that has not finished after this long fails the job (a switch takes seconds at most).
+SWITCH_TIMEOUT_S = 120.0
 # A training step that TensorFlow aborts is run again, up to this many times
 # in a row (see run_retrying_aborts).
 ABORTED_RETRIES = 3
@@ -365,25 +367,14 @@ class Runner:
                     break
                 if self._segment_points:  # trained under the old setting while the tuner decided
                     self.manager.observe(self._segment_run())
-                how = plan(self.space.knobs, self.setting, switch.candidate, self.reconfig)
-                if how.technique == "ssr":
-                    self._reopen_sessions(switch.candidate, how)
-                elif how.technique == "checkpoint":
-                    self._checkpoint_restart(switch.candidate, how)
-                else:
-                    self._reconfigure(switch.candidate, how)
+                self._switch(switch.candidate, plan(self.space.knobs, self.setting, switch.candidate, self.reconfig))
         stop = self._stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
             # whose exit the driver has not seen yet.
-            deadline = time.monotonic() + 2.0
-            while time.monotonic() < deadline:
-                try:
-                    self.cluster.check_alive()
-                except NodeFailedError as e:
-                    stop = _Stop("failed", str(e), e)
-                    break
-                time.sleep(0.1)
+            dead = self._dead_node()
+            if dead is not None:
+                stop = _Stop("failed", str(dead), dead)
         if stop.error is not None:
             raise stop
         if not self.quiet:
@@ -512,6 +503,62 @@ class Runner:
                 self._segment_goal = self.manager.segment_length() + self._warmup
             self.repo.update("segments", (self.job_id, self.segment), {"phase": self.phase})
         return decision
+
+    def _dead_node(self, within_s: float = 2.0) -> NodeFailedError | None:
+        """The failure of a node that died, if one has within ``within_s`` (its exit can lag a TensorFlow error)."""
+        deadline = time.monotonic() + within_s
+        while True:
+            try:
+                self.cluster.check_alive()
+            except NodeFailedError as e:
+                return e
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.1)
+
+    def _switch(self, new: dict[str, Any], how: Plan) -> None:
+        """Carries out a switch in a helper thread while this thread watches the nodes.
+
+        A TensorFlow call that needs a node which died blocks for good (gRPC
+        keeps retrying it), and Python cannot interrupt a thread inside one.
+        So the switch runs beside this thread, which checks the nodes every
+        0.2 s: a node that dies mid-switch fails the job with a message naming
+        it, instead of hanging the driver or training on parameters the switch
+        left half-moved. The stuck helper thread is abandoned (a daemon); the
+        job's clean-up is bounded and stops the nodes it started.
+        """
+        technique = {"ssr": self._reopen_sessions, "checkpoint": self._checkpoint_restart}.get(
+            how.technique, self._reconfigure)
+        outcome: list[BaseException] = []
+        done = threading.Event()
+
+        def carry_out() -> None:
+            try:
+                technique(new, how)
+            except BaseException as e:  # handed to the watching thread
+                outcome.append(e)
+            finally:
+                done.set()
+
+        what = f"the switch from {short_form(self.setting)} to {short_form(new)} at step {self.step}"
+        threading.Thread(target=carry_out, name="tfonline-switch", daemon=True).start()
+        deadline = time.monotonic() + SWITCH_TIMEOUT_S
+        try:
+            while not done.wait(0.2):
+                self.cluster.check_alive()
+                if time.monotonic() > deadline:
+                    raise TfOnlineError(f"{what} did not finish within {SWITCH_TIMEOUT_S:.0f} s; the job stopped")
+            if outcome:
+                dead = self._dead_node()
+                if dead is not None:
+                    raise dead from outcome[0]
+                if isinstance(outcome[0], tf.errors.OpError):
+                    raise TfOnlineError(f"{what} failed: {type(outcome[0]).__name__}: "
+                                        f"{_essence(outcome[0].message)}") from outcome[0]
+                raise outcome[0]
+        except NodeFailedError as e:
+            raise NodeFailedError(f"{e}, during {what}; the job stopped rather than train on parameters "
+                                  f"the switch may have left half-moved", e.node_index) from None
 
     def _reopen_sessions(self, new: dict[str, Any], how: Plan) -> None:
         """SSR for session knobs: new sessions with the new ConfigProto on the same graphs.
