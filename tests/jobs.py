@@ -91,3 +91,28 @@ class CounterJob(tfonline.MLJobFramework):
 
     def optimizer_fn(self):
         return tf.compat.v1.train.GradientDescentOptimizer(float(self.size))
+
+
+class QuadraticJob(tfonline.MLJobFramework):
+    """Adagrad pulls a partitioned vector towards a fixed one; the gradient does not depend on the data.
+
+    So a synchronous step means the same update whatever the number of workers (the mean of equal
+    gradients): a run that changes its worker count trains exactly as one that does not, which isolates
+    what a reconfiguration does to the parameters.
+    """
+
+    target_loss = 1e-12  # never reached: runs stop at max_steps
+    max_seconds = 120
+    smoothing_window = 1
+    size = 70_000  # 280 KB of float32: cut into partitions
+
+    def input_fn(self, shard, num_shards):
+        return tf.data.Dataset.from_tensors((tf.zeros([1]), tf.zeros([1]))).repeat()
+
+    def model_fn(self, features, labels):
+        v = tf.compat.v1.get_variable("v", [self.size], initializer=tf.compat.v1.zeros_initializer())
+        target = tf.linspace(-1.0, 1.0, self.size)
+        return tf.reduce_sum(tf.square(v - target)) + 0.0 * tf.reduce_sum(features)
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.AdagradOptimizer(0.05)

@@ -12,7 +12,7 @@ import tempfile
 import numpy as np
 import pytest
 from conftest import node_processes
-from jobs import CounterJob, CountdownJob, SlowerLogR, TinyLogR
+from jobs import CounterJob, CountdownJob, QuadraticJob, SlowerLogR, TinyLogR
 
 from tfonline.cluster import LocalCluster, NodeThreads
 from tfonline.exceptions import ConfigurationError, NodeFailedError
@@ -25,19 +25,25 @@ BASE = resolve_setting({"ps": 1, "worker": 2}, 4, 2)
 
 @pytest.mark.parametrize("change, types, technique", [
     ({"do_function_inlining": False, "global_jit_level": "ON_1"}, ("II",), "ssr"),
-    ({"intra_op_parallelism_threads": 1}, ("II",), "restart"),
-    ({"ps": 2}, ("I-b",), "restart"),
-    ({"worker": 1, "ps": 3, "infer_shapes": True}, ("I-a", "I-b", "II"), "restart"),
+    ({"intra_op_parallelism_threads": 1}, ("II",), "ssr"),
+    ({"ps": 2}, ("I-b",), "odmr+tdr"),
+    ({"worker": 1}, ("I-a",), "tdr"),
+    ({"worker": 1, "ps": 3, "infer_shapes": True}, ("I-a", "I-b", "II"), "odmr+tdr+ssr"),
 ])
 def test_a_change_is_classified_and_planned(change, types, technique):
     how = plan(KNOBS, BASE, dict(BASE, **change))
     assert how.types == types and how.technique == technique and set(how.changed) == set(change)
-    if technique == "ssr":
+    threads = "intra_op_parallelism_threads" in change
+    assert how.sessions_only == (technique == "ssr" and not threads)
+    if how.sessions_only:
         assert how.actions == ("reopen sessions with the new ConfigProto",)
     else:
-        assert how.actions[0] == "read variables" and how.actions[-1] == "restore variables"
-        assert ("restart nodes for new thread pools" in how.actions) == ("intra_op_parallelism_threads" in change)
-    assert plan(KNOBS, BASE, dict(BASE, **change), technique="restart").technique == "restart"
+        assert any(a.startswith("restart the nodes whose thread pools change") for a in how.actions) == threads
+        assert any(a.startswith("move the partitions") for a in how.actions) == ("ps" in change)
+        assert any(a.startswith("re-shard the input") for a in how.actions) == bool({"ps", "worker"} & set(change))
+    baseline = plan(KNOBS, BASE, dict(BASE, **change), technique="restart")
+    assert baseline.technique == "restart" and baseline.actions[0] == "read variables"
+    assert ("restart nodes for new thread pools" in baseline.actions) == threads
     baseline = plan(KNOBS, BASE, dict(BASE, **change), technique="checkpoint")
     assert baseline.technique == "checkpoint" and baseline.actions[0].startswith("save a checkpoint")
 
@@ -136,7 +142,7 @@ def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_no
     moved = [m for (m,) in conn.execute("select bytes_moved from reconfigurations where job_id = ? order by step",
                                          (switched.job_id,))]
     assert all(m > 0 for m in moved) if how == "checkpoint" else moved[-1] == 0  # the checkpoint's files; SSR none
-    expected = ["restart", "restart", "restart", "ssr"] if how == "online" else ["checkpoint"] * 4
+    expected = ["odmr+tdr", "odmr+tdr", "ssr", "ssr"] if how == "online" else ["checkpoint"] * 4
     assert [(types, technique) for _, types, technique in made] == list(zip(["I-b", "I-b", "II", "II"], expected))
     assert all(scheduled <= step < scheduled + 10 for (step, _, _), (scheduled, _) in zip(made, schedule))
     assert np.allclose(_losses(db, switched.job_id), _losses(db, plain.job_id), rtol=1e-4, atol=1e-6)
@@ -145,6 +151,54 @@ def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_no
     decisions = conn.execute("select phase, reason from decisions where job_id = ? order by step",
                              (switched.job_id,)).fetchall()
     assert decisions[0] == ("scheduled", "scheduled switch 1 of 4 (step 40)")
+
+
+def test_worker_changes_in_sync_mode_train_exactly_as_no_switch(five_nodes, tmp_path):
+    """Workers 1 -> 3, ps 2 with 2 workers, a thread change, a session knob, ps 3 with 1 worker.
+
+    The job's gradient does not depend on its data, so each synchronous step is the same update for any
+    worker count, and the parameters must follow the run without switches step by step.
+    """
+    db = str(tmp_path / "runs.db")
+    start = {"ps": 1, "worker": 1, "intra_op_parallelism_threads": 2}
+    schedule = [(20, {"worker": 3}), (40, {"ps": 2, "worker": 2}), (60, {"intra_op_parallelism_threads": 1}),
+                (80, {"do_function_inlining": False}), (100, {"ps": 3, "worker": 1})]
+    plain = QuadraticJob().run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=120, quiet=True)
+    switched = QuadraticJob().run(setting=start, db=db, cluster=five_nodes, mode="sync", max_steps=120, quiet=True,
+                                  schedule=schedule)
+    made = sqlite3.connect(db).execute("select technique from reconfigurations where job_id = ? order by step",
+                                       (switched.job_id,)).fetchall()
+    assert [t for (t,) in made] == ["tdr", "odmr+tdr", "ssr", "ssr", "odmr+tdr"]
+    assert np.allclose(_losses(db, switched.job_id), _losses(db, plain.job_id), rtol=1e-5, atol=1e-7)
+    assert _losses(db, plain.job_id)[-1] < 0.5 * _losses(db, plain.job_id)[0]  # it trained
+
+
+def test_tdr_reshards_so_that_no_batch_is_read_twice(five_nodes, db_path):
+    """Synchronous, workers 1 -> 2 -> 3 -> (ps 2) 1 -> 3 -> (ps 1) 2, on data whose batches are numbered.
+
+    A synchronous step with n workers reads one batch of each shard at the same position: n consecutive
+    batches of the round-robin order, whose mean the loss is. After each switch no batch is read again,
+    and at most n - 1 are passed over (the new shards start at a multiple of n).
+    """
+    schedule = [(20, {"worker": 2}), (40, {"worker": 3}), (60, {"ps": 2, "worker": 1}), (80, {"worker": 3}),
+                (100, {"ps": 1, "worker": 2})]
+    result = CountdownJob().run(setting={"ps": 1, "worker": 1}, db=db_path, cluster=five_nodes, mode="sync",
+                                max_steps=120, quiet=True, schedule=schedule)
+    assert result.iterations == 120
+    conn = sqlite3.connect(db_path)
+    switched_at = [step for (step,) in conn.execute("select step from reconfigurations order by step")]
+    assert len(switched_at) == 5
+    workers = [1, 2, 3, 1, 3, 2]
+    read, passed_over_allowed = [], 0
+    for step, loss in conn.execute("select step, loss from iterations order by step"):
+        n = workers[sum(step > s for s in switched_at)]
+        middle = 3000 - loss  # the mean position (0-based) of the n batches read
+        first = round(middle - (n - 1) / 2)
+        assert abs(first + (n - 1) / 2 - middle) < 1e-6 and first % n == 0
+        read += range(first, first + n)
+    assert len(read) == len(set(read))  # no batch read twice
+    passed_over = max(read) + 1 - len(read)
+    assert 0 <= passed_over <= sum(n - 1 for n in workers[1:])
 
 
 @pytest.mark.parametrize("schedule, message", [
@@ -193,7 +247,11 @@ def test_async_switches_never_count_a_push_twice_and_lose_none_when_workers_paus
     assert result.iterations == 240
     conn = sqlite3.connect(db_path)
     switches = conn.execute("select step, technique from reconfigurations order by step").fetchall()
-    assert [t for _, t in switches] == ["restart", "restart", "ssr"]
+    assert [t for _, t in switches] == ["odmr+tdr", "odmr+tdr", "ssr"]
+    # ODMR moves only what the new map moves: 8 blocks of 40,000 bytes, all on ps 0 -> 3, 3, 2 blocks (5 move)
+    # -> 4, 4 (the 2 blocks of the node that goes); the restart baseline would carry all 320,008 bytes each time.
+    moved = [m for (m,) in conn.execute("select bytes_moved from reconfigurations order by step")]
+    assert moved == [5 * 40_000, 2 * 40_000, 0]
     rows = np.array(conn.execute("select step, loss from iterations order by step").fetchall())
     offset = (1000.0 - rows[:, 1]) - (rows[:, 0] - 1)  # counter read at step k, less the k - 1 pushes before it
     assert offset.max() <= 1 + 1e-9 and offset.min() >= -2  # at most the other worker's push, in or out
@@ -213,11 +271,11 @@ def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monke
 
     opened = []
 
-    def open_then_kill(self, setting):
+    def open_then_kill(self, setting, *args):
         opened.append(setting["ps"])
         if len(opened) == 2:  # the switch, not the job's start
             os.kill(self.cluster._procs[victim].popen.pid, signal.SIGKILL)
-        return original(self, setting)
+        return original(self, setting, *args)
 
     original = _runner.Runner._open
     monkeypatch.setattr(_runner.Runner, "_open", open_then_kill)
@@ -233,3 +291,33 @@ def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monke
     status, reason = conn.execute("select status, stop_reason from jobs").fetchone()
     assert status == "failed" and reason.startswith(f"node {victim} ")
     assert conn.execute("select max(step) from iterations").fetchone()[0] >= 30  # what was committed stays
+
+
+def test_the_odmr_move_copies_ps_to_ps_and_releases_the_old_copy(cluster):
+    import tensorflow as tf
+
+    from tfonline._graph import Move, build_move_graph, node_device
+
+    container = "tfonline.movetest"
+    graph = tf.Graph()
+    with graph.as_default(), tf.compat.v1.container(container), tf.device(node_device(1)):
+        source = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[3], container=container, shared_name="block")
+        create = tf.raw_ops.AssignVariableOp(resource=source, value=tf.constant([1.0, 2.0, 3.0]))
+        read_source = tf.raw_ops.ReadVariableOp(resource=source, dtype=tf.float32)
+    with graph.as_default(), tf.device(node_device(2)):
+        destination = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[3], container=container, shared_name="block")
+        read_destination = tf.raw_ops.ReadVariableOp(resource=destination, dtype=tf.float32)
+    try:
+        with tf.compat.v1.Session(cluster.target(0), graph=graph) as session:
+            session.run(create)
+        move_graph, move = build_move_graph(
+            [Move("block", tf.float32, (3,), node_device(1), node_device(2))], container)
+        with tf.compat.v1.Session(cluster.target(0), graph=move_graph) as session:
+            session.run(move)
+        with tf.compat.v1.Session(cluster.target(0), graph=graph) as session:
+            assert session.run(read_destination).tolist() == [1.0, 2.0, 3.0]
+            with pytest.raises(tf.errors.OpError, match="block"):  # released on node 1
+                session.run(read_source)
+    finally:
+        for index in range(cluster.node_count):
+            tf.compat.v1.Session.reset(cluster.target(index), [container])

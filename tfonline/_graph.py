@@ -88,7 +88,7 @@ class WorkerGraph:
     # rebuild of the graphs (the simplest reconfiguration).
     variables: dict[str, tf.Variable] = field(default_factory=dict)
     restore_feeds: dict[str, tf.Tensor] = field(default_factory=dict)
-    restore_op: tf.Operation | None = None
+    restore_ops: dict[str, tf.Operation] = field(default_factory=dict)
     # Reads one number of every variable on its own device: a cheap round
     # trip from this worker to every ps node, safe to repeat.
     probe_op: tf.Operation | None = None
@@ -247,15 +247,13 @@ def build_worker_graph(
         init_op = tf.compat.v1.global_variables_initializer()
         local_init_op = iterator.initializer
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
-        restore_feeds, assigns = {}, []
+        restore_feeds, restore_ops = {}, {}
         for name, variable in variables.items():
             with tf.device(node_device(worker_node)):
                 feed = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name=f"restore/{name}")
             with tf.device(variable.device):
-                assigns.append(tf.compat.v1.assign(variable, feed) if not hasattr(variable, "handle")
-                               else variable.assign(feed, read_value=False))
+                restore_ops[name] = variable.assign(feed, read_value=False)
             restore_feeds[name] = feed
-        restore_op = tf.group(*assigns, name="restore")
         probes = []
         for variable in variables.values():
             with tf.device(variable.device):
@@ -267,8 +265,58 @@ def build_worker_graph(
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
-        variables, restore_feeds, restore_op, probe_op, skip, checkpoint,
+        variables, restore_feeds, restore_ops, probe_op, skip, checkpoint,
     )
+
+
+@dataclass(frozen=True)
+class Move:
+    """One variable that lives on another node under the new placement."""
+
+    name: str  # its resource's shared name in the job's container
+    dtype: tf.DType
+    shape: tuple[int, ...]
+    source: str  # device
+    destination: str  # device
+
+
+def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
+    """The variables of ``new`` that live on another device in ``old`` (the graphs of two layouts of one job)."""
+    return [
+        Move(name, variable.dtype.base_dtype, tuple(variable.shape.as_list()), old.variables[name].device,
+             variable.device)
+        for name, variable in new.variables.items()
+        if old.variables[name].device != variable.device
+    ]
+
+
+def build_move_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf.Operation]:
+    """A graph whose one op moves each variable from its source node to its destination node.
+
+    The source node reads the variable, the destination node assigns the
+    value to a resource of the same name on itself, which creates it; then
+    the source's copy is released. The bytes go from ps to ps, never through
+    the driver. Built from raw resource ops on the variables' shared names:
+    the job's training graphs stay free of any move logic.
+    """
+    graph = tf.Graph()
+    with graph.as_default():
+        released = []
+        for move in moves:
+            def handle(device):
+                with tf.device(device):
+                    return tf.raw_ops.VarHandleOp(dtype=move.dtype, shape=move.shape, container=container,
+                                                  shared_name=move.name)
+            source = handle(move.source)
+            with tf.device(move.source):
+                value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
+            with tf.device(move.destination):
+                assigned = tf.raw_ops.AssignVariableOp(resource=handle(move.destination), value=value)
+            with tf.device(move.source), tf.control_dependencies([assigned]):
+                released.append(tf.raw_ops.DestroyResourceOp(resource=source, ignore_lookup_error=False))
+        op = tf.group(*released, name="move")
+    graph.finalize()
+    return graph, op
 
 
 def _sync_ops(optimizer, grads_and_vars, worker_count: int, global_step):

@@ -43,7 +43,7 @@ from tfonline.exceptions import (
     TfOnlineError,
 )
 from tfonline.job import RunResult
-from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement, partition_count_for
+from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement, partition_count_for, relocate
 from tfonline.repository import Repository
 from tfonline.setting import (
     THREAD_KNOBS,
@@ -179,9 +179,12 @@ class Runner:
         self._wake = threading.Event()
         self._segment_goal: int | None = None  # iterations that complete the segment (its duration aside)
         self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
-        self._graphs_by_layout: dict[_graph.Layout, list[_graph.WorkerGraph]] = {}
+        # The worker graphs of each (layout, placement) the job has used.
+        self._graphs_by_layout: dict[tuple[_graph.Layout, tuple[int, ...]], list[_graph.WorkerGraph]] = {}
         self._checkpoint_dir: str | None = None  # reconfig="checkpoint": where the job's checkpoints go
-        self._batches_read = 0  # by the job's earlier settings, at the last reconfiguration
+        # Where the job's input is, in batches of the round-robin order: where the
+        # shards opened last started, plus what they read (updated at each switch).
+        self._input_position = 0
         self._step_at_open = 0
 
     # -- the whole run -------------------------------------------------------
@@ -214,7 +217,7 @@ class Runner:
                     self._record_cluster(cluster)
                     used = range(setting["ps"] + setting["worker"])
                     cluster.set_threads_of({node: _threads(setting) for node in used})
-                    self._open(setting)
+                    self._open(setting, balanced_placement(self.partitions, setting["ps"]))
                     if self.tuning is not None:
                         self.manager = self._schedule or self.tuning.manager(
                             self.space, setting, self.job, self.repo, self.seed)
@@ -283,25 +286,35 @@ class Runner:
 
     # -- graphs and sessions -------------------------------------------------
 
-    def _open(self, setting) -> None:
+    def _open(self, setting, placement: list[int], carry=None) -> None:
+        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, then starts their input.
+
+        The job's variables are initialised, unless ``carry`` is given: then
+        it is called instead, with the sessions open, to bring the variables
+        over from the previous setting.
+        """
         layout = _graph.Layout.from_setting(setting)
-        self.layout = layout
-        if layout not in self._graphs_by_layout:  # a layout's graphs are built once per job (about 0.2 s each)
-            placement = balanced_placement(self.partitions, len(layout.ps_nodes))
-            self._graphs_by_layout[layout] = [
+        self.layout, self.placement = layout, placement
+        key = (layout, tuple(placement))
+        if key not in self._graphs_by_layout:  # a layout's graphs are built once per job (about 0.2 s each)
+            self._graphs_by_layout[key] = [
                 _graph.build_worker_graph(
                     self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
                     self.seed, saver=self.reconfig == "checkpoint",
                 )
                 for rank in range(len(layout.worker_nodes))
             ]
-        self.graphs = self._graphs_by_layout[layout]
+        self.graphs = self._graphs_by_layout[key]
         self._sessions = [self._session(wg, setting) for wg in self.graphs]
-        self._sessions[0].run(self.graphs[0].init_op)
+        if carry is None:
+            self._sessions[0].run(self.graphs[0].init_op)
+        else:
+            carry()
         # Each worker skips its share of the batches the job has read: with
         # round-robin sharding (batch b to worker b mod workers) the job reads
         # on from about where it was instead of seeing its first batches again.
-        skip = -(-self._batches_read // len(self.graphs))
+        skip = -(-self._input_position // len(self.graphs))
+        self._input_position = skip * len(self.graphs)  # where the new shards start: up to n - 1 batches on
         # The input iterators are made in a session without XLA: with
         # auto-clustering on, MakeIterator fails on a remote worker
         # ("Multiple CPU devices"). The iterators have shared names, so the
@@ -527,8 +540,10 @@ class Runner:
         left half-moved. The stuck helper thread is abandoned (a daemon); the
         job's clean-up is bounded and stops the nodes it started.
         """
-        technique = {"ssr": self._reopen_sessions, "checkpoint": self._checkpoint_restart}.get(
-            how.technique, self._reconfigure)
+        if how.technique in ("restart", "checkpoint"):
+            technique = self._reconfigure if how.technique == "restart" else self._checkpoint_restart
+        else:
+            technique = self._reopen_sessions if how.sessions_only else self._relocate
         outcome: list[BaseException] = []
         done = threading.Event()
 
@@ -586,9 +601,9 @@ class Runner:
         return self._segment_points[-1][2] if self._segment_points else time.time()
 
     def _count_batches_read(self) -> None:
-        """Adds the batches read since the graphs were last opened (before they are opened again)."""
+        """Moves the input position on by the batches read since the graphs were last opened (before they are opened again)."""
         # An asynchronous iteration reads one batch; a synchronous one, one per worker.
-        self._batches_read += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
+        self._input_position += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
         self._step_at_open = self.step
 
     def _reconfiguration_row(self, old, new, how: Plan, moved: int, last_wall: float) -> dict[str, Any]:
@@ -620,7 +635,7 @@ class Runner:
         else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead
             self._reset_container()
         self._graphs_by_layout.clear()  # built anew, as a restarted job would
-        self._open(new)
+        self._open(new, balanced_placement(self.partitions, new["ps"]))
         with self.graphs[0].graph.as_default():
             self.graphs[0].saver.restore(self._sessions[0], path)
         shutil.rmtree(folder, ignore_errors=True)
@@ -651,16 +666,77 @@ class Runner:
         marks.append(("closed sessions", time.monotonic()))
         self.cluster.set_threads_of({node: _threads(new) for node in range(new["ps"] + new["worker"])})
         marks.append(("node restarts", time.monotonic()))
-        self._open(new)
+        self._open(new, balanced_placement(self.partitions, new["ps"]))
         marks.append(("new graphs and sessions", time.monotonic()))
-        chief = self.graphs[0]
-        feed = {chief.restore_feeds[name]: value for name, value in values.items() if name in chief.restore_feeds}
-        self._sessions[0].run(chief.restore_op, feed)
+        self._restore(values)
         marks.append(("restored variables", time.monotonic()))
         logger.info("reconfiguration %s -> %s: %s", short_form(old), short_form(new), ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
         self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
+
+    def _restore(self, values: dict[str, np.ndarray]) -> None:
+        """Assigns values read by the driver to the variables of the current graphs."""
+        if values:
+            chief = self.graphs[0]
+            self._sessions[0].run([chief.restore_ops[name] for name in values],
+                                  {chief.restore_feeds[name]: value for name, value in values.items()})
+
+    def _relocate(self, new: dict[str, Any], how: Plan) -> None:
+        """The online switch when the layout or the thread pools change: ODMR, TDR, node restarts.
+
+        Only what must move moves. The placement map changes as little as
+        keeps the bytes balanced (:func:`relocate`); a partition that stays
+        is the same resource on the same node for the new graphs. The moved
+        ones go ps to ps in one op (:func:`_graph.build_move_graph`). A node
+        whose thread pools change restarts, and the variables on it are
+        read before and restored after. Each new worker skips its share of
+        the batches read so far (TDR, in :meth:`_open`).
+        """
+        last_wall = self._last_wall()
+        old, old_chief = self.setting, self.graphs[0]
+        marks = [("start", time.monotonic())]
+        placement = relocate(self.partitions, self.placement, new["ps"]) if new["ps"] != old["ps"] else self.placement
+        used = range(new["ps"] + new["worker"])
+        restarted = {node for node in used if self.cluster.node_threads(node) != _threads(new)}
+        on_restarted = {name: v for name, v in old_chief.variables.items() if _node_of(v.device) in restarted}
+        values = self._sessions[0].run(on_restarted) if on_restarted else {}
+        marks.append((f"read {len(values)} variables", time.monotonic()))
+        self._close_sessions()
+        self._count_batches_read()
+        self.setting = new
+        self._record_setting(new)
+        self.cluster.set_threads_of({node: _threads(new) for node in used})
+        marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
+        moved_bytes = [int(sum(v.nbytes for v in values.values()))]
+
+        def carry() -> None:
+            moves = [m for m in _graph.moves_between(old_chief, self.graphs[0])
+                     if _node_of(m.source) not in restarted and m.name not in values]
+            marks.append(("new graphs and sessions", time.monotonic()))
+            if moves:
+                self._move(moves)
+                moved_bytes.append(sum(m.dtype.size * math.prod(m.shape) for m in moves))
+            marks.append((f"moved {len(moves)} variables", time.monotonic()))
+            self._restore(values)
+            marks.append(("restored", time.monotonic()))
+
+        self._open(new, placement, carry)
+        marks.append(("input and probe", time.monotonic()))
+        logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), how.technique, ", ".join(
+            f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
+        self._warmup = len(self.graphs)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, sum(moved_bytes), last_wall)
+
+    def _move(self, moves: list[_graph.Move]) -> None:
+        """Runs the ODMR move of ``moves`` in a session of its own on the chief's node."""
+        graph, op = _graph.build_move_graph(moves, self.container)
+        nodes = {_node_of(m.source) for m in moves} | {_node_of(m.destination) for m in moves}
+        target_node = self.graphs[0].worker_node
+        filters = [f"/job:node/task:{n}" for n in sorted(nodes | {target_node})]
+        config = tf.compat.v1.ConfigProto(device_filters=filters)
+        with tf.compat.v1.Session(self.cluster.target(target_node), graph=graph, config=config) as session:
+            session.run(op)
 
     def _record_reconfiguration_cost(self) -> None:
         """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
@@ -981,6 +1057,11 @@ def _essence(message: str) -> str:
     noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
     lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
     return lines[0] if lines else message.strip()
+
+
+def _node_of(device: str) -> int:
+    """The node index of a device string such as ``/job:node/task:2/device:CPU:0``."""
+    return int(device.split("/task:")[1].split("/")[0])
 
 
 def _threads(setting: dict[str, Any]) -> NodeThreads:

@@ -3,7 +3,8 @@
 Pure functions, no TensorFlow. Parameters are cut once, at job start, into
 logical partitions (a large variable into ``partition_count`` row blocks, a
 small one whole); a *placement map* then assigns each partition to one of
-the ps nodes so that bytes are balanced. A new ps count changes only the map.
+the ps nodes so that bytes are balanced. A new ps count changes only the map,
+and :func:`relocate` changes it as little as it can.
 """
 
 from __future__ import annotations
@@ -58,6 +59,50 @@ def balanced_placement(partitions: list[Partition], ps_count: int) -> list[int]:
         placement[i] = target
         load[target] += partitions[i].nbytes
     return placement
+
+
+def relocate(partitions: list[Partition], placement: list[int], ps_count: int) -> list[int]:
+    """The placement on ``ps_count`` nodes that moves as few partitions of ``placement`` as it can.
+
+    Partitions on a node that goes away (index ``>= ps_count``) must move:
+    largest first, each onto the least loaded remaining node. Then, while
+    the most loaded node holds a partition smaller than the gap to the least
+    loaded one, the partition that best evens the pair (size closest to half
+    the gap) moves there. Each move strictly lowers the sum of squared
+    loads, so this ends, and when it ends the most and least loaded nodes
+    differ by less than the smallest partition on the most loaded one: by
+    at most the largest partition. A partition that is not needed to reach
+    that stays where it is.
+
+    Returns:
+        ``new[i]`` is the ps index of ``partitions[i]``; it differs from
+        ``placement[i]`` only for partitions that move.
+    """
+    if ps_count < 1:
+        raise ValueError(f"ps_count must be >= 1, got {ps_count}")
+    if len(placement) != len(partitions):
+        raise ValueError(f"placement must have one entry per partition ({len(partitions)}), got {len(placement)}")
+    new = list(placement)
+    load = [0] * ps_count
+    for i, p in enumerate(new):
+        if p < ps_count:
+            load[p] += partitions[i].nbytes
+    forced = sorted((i for i, p in enumerate(new) if p >= ps_count), key=lambda i: (-partitions[i].nbytes, i))
+    for i in forced:
+        target = min(range(ps_count), key=lambda p: (load[p], p))
+        new[i] = target
+        load[target] += partitions[i].nbytes
+    while True:
+        high = max(range(ps_count), key=lambda p: (load[p], -p))
+        low = min(range(ps_count), key=lambda p: (load[p], p))
+        gap = load[high] - load[low]
+        movable = [i for i, p in enumerate(new) if p == high and partitions[i].nbytes < gap]
+        if not movable:
+            return new
+        best = min(movable, key=lambda i: (abs(gap - 2 * partitions[i].nbytes), -partitions[i].nbytes, i))
+        new[best] = low
+        load[high] -= partitions[best].nbytes
+        load[low] += partitions[best].nbytes
 
 
 def ps_loads(partitions: list[Partition], placement: list[int], ps_count: int) -> list[int]:
