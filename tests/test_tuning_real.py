@@ -67,9 +67,14 @@ def test_a_switch_keeps_the_model_and_records_its_cost(tuned):
                      first.job_id)
     assert switches, "the random phase switches at least once"
     for step, types, technique, cost, moved in switches:
-        # Threads are pinned here: a switch of session knobs only (type II) is SSR, any other a restart.
-        assert technique == ("ssr" if types == "II" else "restart") and cost > 0
-        assert (moved > 0) == (technique == "restart")
+        # Threads are pinned here: a switch of session knobs only (type II) is SSR and moves nothing; a ps
+        # change is ODMR, and any layout change re-shards the input (TDR).
+        parts = technique.split("+")
+        assert cost > 0 and set(parts) <= {"odmr", "tdr", "ssr"}
+        assert ("odmr" in parts) == ("I-b" in types) and ("tdr" in parts) == bool({"I-a", "I-b"} & set(types.split("+")))
+        assert ("ssr" in parts) == ("II" in types.split("+"))
+        if technique == "ssr":
+            assert moved == 0
         before = _rows(db, "select avg(loss) from iterations where job_id = ? and step between ? and ?",
                        first.job_id, step - 9, step)[0][0]
         after = _rows(db, "select avg(loss) from iterations where job_id = ? and step between ? and ?",

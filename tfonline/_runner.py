@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -123,6 +123,17 @@ class SmoothedLoss:
         return self.count >= self.window
 
 
+@dataclass
+class _Prepared:
+    """A switch's next setting, made ready while the workers still trained (see ``Runner._prepare``)."""
+
+    setting: dict[str, Any]
+    placement: list[int]
+    sessions: list | None  # None when the switch restarts nodes: sessions are opened after
+    steps: list | None
+    apply: Any
+
+
 class _Stop(Exception):
     """A worker thread's reason to stop the job."""
 
@@ -163,6 +174,10 @@ class Runner:
         self._last_estimate_step = 0
         self.last_estimate: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
         self._sessions: list[tf.compat.v1.Session] = []
+        # Each worker's training step, a callable made on its session (sync: and the chief's apply).
+        self._steps: list = []
+        self._apply = None
+        self._prepared: _Prepared | None = None  # the next setting, made ready while the workers still train
         self.session_configs: list[tuple[int, Any]] = []
         self.tuning = tuning
         self.manager = None
@@ -228,6 +243,7 @@ class Runner:
                     status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
                     raise
                 finally:
+                    self._take_prepared(None)
                     self._close_sessions()
                     if owned is not None:
                         owned.stop()
@@ -286,17 +302,11 @@ class Runner:
 
     # -- graphs and sessions -------------------------------------------------
 
-    def _open(self, setting, placement: list[int], carry=None) -> None:
-        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, then starts their input.
-
-        The job's variables are initialised, unless ``carry`` is given: then
-        it is called instead, with the sessions open, to bring the variables
-        over from the previous setting.
-        """
+    def _graphs_for(self, setting, placement: list[int]) -> list[_graph.WorkerGraph]:
+        """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each)."""
         layout = _graph.Layout.from_setting(setting)
-        self.layout, self.placement = layout, placement
         key = (layout, tuple(placement))
-        if key not in self._graphs_by_layout:  # a layout's graphs are built once per job (about 0.2 s each)
+        if key not in self._graphs_by_layout:
             self._graphs_by_layout[key] = [
                 _graph.build_worker_graph(
                     self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
@@ -304,8 +314,19 @@ class Runner:
                 )
                 for rank in range(len(layout.worker_nodes))
             ]
-        self.graphs = self._graphs_by_layout[key]
-        self._sessions = [self._session(wg, setting) for wg in self.graphs]
+        return self._graphs_by_layout[key]
+
+    def _open(self, setting, placement: list[int], carry=None, prepared: _Prepared | None = None) -> None:
+        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, then starts their input.
+
+        The job's variables are initialised, unless ``carry`` is given: then
+        it is called instead, with the sessions open, to bring the variables
+        over from the previous setting. Sessions and steps ``prepared`` ahead
+        are used as they are.
+        """
+        self.layout, self.placement = _graph.Layout.from_setting(setting), placement
+        self.graphs = self._graphs_for(setting, placement)
+        self._sessions = prepared.sessions if prepared else [self._session(wg, setting) for wg in self.graphs]
         if carry is None:
             self._sessions[0].run(self.graphs[0].init_op)
         else:
@@ -327,11 +348,61 @@ class Runner:
             for wg in self.graphs:
                 with self._session(wg, no_jit) as init_session:
                     init_session.run(wg.local_init_op, {wg.skip: skip})
+        if prepared:  # their steps reached every node already
+            self._steps, self._apply = prepared.steps, prepared.apply
+            return
         for session, wg in zip(self._sessions, self.graphs):
             _until_reachable(lambda: session.run(wg.probe_op))
+        self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
+
+    def _make_steps(self, sessions, graphs) -> tuple[list, Any]:
+        """Each worker's training step as a callable on its session (sync: and the chief's apply).
+
+        Making a callable registers its graph partitions on the nodes (no
+        step runs), which is most of what a session's first step costs.
+        """
+        steps = [session.make_callable([wg.loss, wg.train_op]) for session, wg in zip(sessions, graphs)]
+        return steps, sessions[0].make_callable(graphs[0].apply_op) if self.sync else None
+
+    def _prepare(self, new: dict[str, Any], how: Plan) -> _Prepared | None:
+        """Makes what the switch to ``new`` needs ready while the workers still train under the old setting.
+
+        Online techniques only (the baselines pay their full price): the
+        new layout's graphs are built, and when no node restarts, the new
+        sessions are opened and their steps made. At the switch there is
+        then little left: move what moves, start the input, swap sessions.
+        """
+        if how.technique in ("restart", "checkpoint", "none"):
+            return None
+        placement = relocate(self.partitions, self.placement, new["ps"]) if new["ps"] != self.setting["ps"] \
+            else self.placement
+        graphs = self._graphs_for(new, placement)
+        if self._restarted_by(new):
+            return _Prepared(dict(new), placement, None, None, None)
+        sessions = [self._session(wg, new) for wg in graphs]
+        steps, apply = self._make_steps(sessions, graphs)
+        return _Prepared(dict(new), placement, sessions, steps, apply)
+
+    def _prepare_ahead(self, new: dict[str, Any]) -> None:
+        """Prepares the switch to ``new`` (in the tuner's thread), unless it is prepared already."""
+        if self._prepared is None or self._prepared.setting != new:
+            self._take_prepared(None)
+            self._prepared = self._prepare(new, plan(self.space.knobs, self.setting, new, self.reconfig))
+
+    def _restarted_by(self, new: dict[str, Any]) -> set[int]:
+        """The nodes a switch to ``new`` restarts: those it uses whose thread pools change."""
+        return {node for node in range(new["ps"] + new["worker"]) if self.cluster.node_threads(node) != _threads(new)}
+
+    def _take_prepared(self, new: dict[str, Any]) -> _Prepared | None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared.setting != new:  # prepared for another switch: never used
+            for session in prepared.sessions or ():
+                _close_session(session)
+            return None
+        return prepared
 
     def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
-        filters = [f"/job:node/task:{n}" for n in self.layout.ps_nodes + (wg.worker_node,)]
+        filters = [f"/job:node/task:{n}" for n in _graph.Layout.from_setting(setting).ps_nodes + (wg.worker_node,)]
         session = tf.compat.v1.Session(
             self.cluster.target(wg.worker_node), graph=wg.graph,
             config=session_config(setting, filters, tuple(self.tuning.extra_knobs) if self.tuning else ())
@@ -372,6 +443,9 @@ class Runner:
                 self._record_segment_start()
                 if self.manager is not None:
                     self._segment_goal = self.manager.segment_length() + self._warmup
+                    upcoming = getattr(self.manager, "upcoming", None)  # a schedule knows its next setting
+                    if upcoming is not None and upcoming() is not None:
+                        self._tuner.submit(self._prepare_ahead, upcoming())
                 switch = self._run_segment()
                 if self._pending_reconfiguration is not None:  # a switch just before the job's end
                     self._record_reconfiguration_cost()
@@ -484,6 +558,10 @@ class Runner:
             self._segment_goal = None  # until the decision is in
         self.repo.update("segments", (self.job_id, ended), values)
         self.repo.insert("segments", row)
+        if self._schedule is not None and self._schedule.upcoming() not in (None, self.setting):
+            # A schedule switches at its step: the workers stop now, and wait for the preparation if it is
+            # still running (it started when the segment did).
+            self._pause.set()
         self._deciding = self._tuner.submit(self._decide, run, ended)
         self._deciding.add_done_callback(lambda _: self._wake.set())
 
@@ -491,6 +569,7 @@ class Runner:
         old_phase = self.manager.phase
         decision = self.manager.on_segment_end(run)
         if decision.switch:
+            self._prepare_ahead(decision.candidate)
             self._pause.set()  # the workers stop at their next iteration's end
         return decision, segment, old_phase
 
@@ -585,12 +664,17 @@ class Runner:
         last_wall = self._last_wall()
         old = self.setting
         started = time.monotonic()
+        prepared = self._take_prepared(new)
         self._close_sessions()
         self.setting = new
         self._record_setting(new)
-        self._sessions = [self._session(wg, new) for wg in self.graphs]
-        for session, wg in zip(self._sessions, self.graphs):
-            _until_reachable(lambda: session.run(wg.probe_op))
+        if prepared is not None and prepared.sessions:
+            self._sessions, self._steps, self._apply = prepared.sessions, prepared.steps, prepared.apply
+        else:
+            self._sessions = [self._session(wg, new) for wg in self.graphs]
+            for session, wg in zip(self._sessions, self.graphs):
+                _until_reachable(lambda: session.run(wg.probe_op))
+            self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
         logger.info("reconfiguration %s -> %s by SSR: sessions reopened in %.2f s", short_form(old), short_form(new),
                     time.monotonic() - started)
         self._warmup = len(self.graphs)
@@ -696,9 +780,10 @@ class Runner:
         last_wall = self._last_wall()
         old, old_chief = self.setting, self.graphs[0]
         marks = [("start", time.monotonic())]
-        placement = relocate(self.partitions, self.placement, new["ps"]) if new["ps"] != old["ps"] else self.placement
+        prepared = self._take_prepared(new) or self._prepare(new, how)
+        placement = prepared.placement
         used = range(new["ps"] + new["worker"])
-        restarted = {node for node in used if self.cluster.node_threads(node) != _threads(new)}
+        restarted = self._restarted_by(new)
         on_restarted = {name: v for name, v in old_chief.variables.items() if _node_of(v.device) in restarted}
         values = self._sessions[0].run(on_restarted) if on_restarted else {}
         marks.append((f"read {len(values)} variables", time.monotonic()))
@@ -721,8 +806,8 @@ class Runner:
             self._restore(values)
             marks.append(("restored", time.monotonic()))
 
-        self._open(new, placement, carry)
-        marks.append(("input and probe", time.monotonic()))
+        self._open(new, placement, carry, prepared if prepared.sessions else None)
+        marks.append(("input" + ("" if prepared.sessions else ", probe and steps"), time.monotonic()))
         logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), how.technique, ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
         self._warmup = len(self.graphs)
@@ -771,22 +856,20 @@ class Runner:
         )
 
     def _async_loop(self, rank: int) -> None:
-        session, wg = self._sessions[rank], self.graphs[rank]
-        fetches = [wg.loss, wg.train_op]
+        step = self._steps[rank]
         while not (self._stop_event.is_set() or self._pause.is_set()):
             started = time.perf_counter()
-            loss, _ = run_retrying_aborts(session.run, fetches)
+            loss, _ = run_retrying_aborts(step)
             self._record_iteration(rank, time.perf_counter() - started, float(loss))
 
     def _sync_loop(self) -> None:
-        fetches = [[wg.loss, wg.train_op] for wg in self.graphs]
-        chief, apply_op = self._sessions[0], self.graphs[0].apply_op
-        with ThreadPoolExecutor(len(self.graphs), thread_name_prefix="tfonline-sync-worker") as pool:
+        steps, apply = self._steps, self._apply
+        with ThreadPoolExecutor(len(steps), thread_name_prefix="tfonline-sync-worker") as pool:
             while not (self._stop_event.is_set() or self._pause.is_set()):
                 started = time.perf_counter()
-                futures = [pool.submit(s.run, f) for s, f in zip(self._sessions, fetches)]
+                futures = [pool.submit(step) for step in steps]
                 losses = [float(f.result()[0]) for f in futures]
-                chief.run(apply_op)
+                apply()
                 self._record_iteration(None, time.perf_counter() - started, sum(losses) / len(losses))
 
     def _request_stop(self, stop: _Stop) -> None:
@@ -1032,8 +1115,8 @@ def _close_session(session) -> None:
         session._session = None
 
 
-def run_retrying_aborts(run, fetches, retries: int = ABORTED_RETRIES):
-    """``run(fetches)``, run again when TensorFlow aborts it, up to ``retries`` times in a row.
+def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
+    """``step()``, run again when TensorFlow aborts it, up to ``retries`` times in a row.
 
     An asynchronous step that fails with ``AbortedError`` can simply be run
     again: a push that may or may not have been applied is what
@@ -1045,7 +1128,7 @@ def run_retrying_aborts(run, fetches, retries: int = ABORTED_RETRIES):
     """
     for attempt in range(retries + 1):
         try:
-            return run(fetches)
+            return step()
         except tf.errors.AbortedError as e:
             if attempt == retries:
                 raise

@@ -81,6 +81,10 @@ class Schedule:
     def segment_seconds(self) -> float:
         return 0.0
 
+    def upcoming(self) -> dict[str, Any] | None:
+        """The setting of the next scheduled switch (None after the last): the runner prepares it ahead."""
+        return dict(self.settings[self.done]) if self.done < len(self.settings) else None
+
     def observe(self, run: SegmentRun) -> None:
         if len(run.steps):
             self._last_step = max(self._last_step, int(run.steps[-1]))
