@@ -340,20 +340,25 @@ class Runner:
         # auto-clustering on, MakeIterator fails on a remote worker
         # ("Multiple CPU devices"). The iterators have shared names, so the
         # training sessions then read from them.
-        if setting["global_jit_level"] == "OFF":
-            for session, wg in zip(self._sessions, self.graphs):
+        no_jit = dict(setting, global_jit_level="OFF")
+
+        def start_input(rank: int) -> None:
+            session, wg = self._sessions[rank], self.graphs[rank]
+            if setting["global_jit_level"] == "OFF":
                 session.run(wg.local_init_op, {wg.skip: skip})
-        else:
-            no_jit = dict(setting, global_jit_level="OFF")
-            for wg in self.graphs:
+            else:
                 with self._session(wg, no_jit) as init_session:
                     init_session.run(wg.local_init_op, {wg.skip: skip})
-        if prepared:  # their steps reached every node already
+            if not prepared:
+                _until_reachable(lambda: session.run(wg.probe_op))
+
+        # Each worker's input starts on its own node (skipping costs time on a
+        # long job): side by side.
+        _for_each(start_input, range(len(self.graphs)))
+        if prepared:  # their steps are made
             self._steps, self._apply = prepared.steps, prepared.apply
-            return
-        for session, wg in zip(self._sessions, self.graphs):
-            _until_reachable(lambda: session.run(wg.probe_op))
-        self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
+        else:
+            self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
 
     def _make_steps(self, sessions, graphs) -> tuple[list, Any]:
         """Each worker's training step as a callable on its session (sync: and the chief's apply).
@@ -1101,6 +1106,17 @@ def _until_reachable(call, grace_s: float = UNAVAILABLE_GRACE_S) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+
+
+def _for_each(call, items) -> None:
+    """``call(item)`` for every item, side by side in threads; the first error is raised after all end."""
+    items = list(items)
+    if len(items) == 1:
+        call(items[0])
+        return
+    with ThreadPoolExecutor(len(items), thread_name_prefix="tfonline-each") as pool:
+        for future in [pool.submit(call, item) for item in items]:
+            future.result()
 
 
 def _started_thread(target, *args) -> threading.Thread:

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from tfonline.exceptions import ClusterError, ConfigurationError, NodeFailedError
@@ -446,8 +447,14 @@ class LocalCluster(Cluster):
         deadline = time.monotonic() + self._start_timeout_s
         for i in indices:
             self._procs[i] = self._spawn(deadline)  # owned from here on, so stop() reaches it
-        for i in indices:
-            self._serve(self._procs[i], i, deadline)
+        if len(indices) <= 1:
+            for i in indices:
+                self._serve(self._procs[i], i, deadline)
+            return
+        # Each node starts its server in its own time: hand out the specs side by side.
+        with ThreadPoolExecutor(len(indices), thread_name_prefix="tfonline-serve") as pool:
+            for future in [pool.submit(self._serve, self._procs[i], i, deadline) for i in indices]:
+                future.result()
 
     def _start_all(self) -> None:
         started = time.monotonic()
