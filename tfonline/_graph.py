@@ -95,6 +95,10 @@ class WorkerGraph:
     # Fed with local_init_op: how many of this worker's batches to skip.
     skip: tf.Tensor | None = None
     saver: tf.compat.v1.train.Saver | None = None  # reconfig="checkpoint" only
+    # A transition graph's (see build_worker_graph's lazy_moves): creates every moved variable that is
+    # not created yet from its old location; a no-op once all are.
+    ensure_op: tf.Operation | None = None
+    old_devices: tuple[str, ...] = ()  # where the moved variables come from (sessions must see them)
 
 
 def _check_loss(loss: Any) -> None:
@@ -194,8 +198,19 @@ def build_worker_graph(
     sync: bool,
     seed: int | None = None,
     saver: bool = False,
+    lazy_moves: list[Move] | None = None,
 ) -> WorkerGraph:
     """The graph of worker ``worker_rank`` of ``layout`` (0 is the chief).
+
+    With ``lazy_moves`` it is a *transition graph* (ODMR): every variable
+    the new placement moved is created on its new node, at its first use,
+    from its old location. Each moved variable's handle op waits for one
+    op that, for every moved variable still uninitialised on its new node,
+    reads it on the old node and assigns it on the new one (a conditional
+    per variable); once they are all created that op does nothing. So the
+    first step pulls the moved values from their old nodes and updates them
+    where they now live; every later step is a normal one. The steady-state
+    graph (the same call without ``lazy_moves``) has no conditional.
 
     The input iterator's initializer takes how many of its batches to skip
     (:attr:`WorkerGraph.skip`, fed when it is run): after a reconfiguration
@@ -262,10 +277,12 @@ def build_worker_graph(
             probe_op = tf.group(*[tf.identity(p) for p in probes], name="probe")
         # The checkpoint-restart baseline's saver: each ps node writes its own variables.
         checkpoint = tf.compat.v1.train.Saver(variables, sharded=True) if saver else None
+        ensure_op = _lazy_creation(lazy_moves, variables, container) if lazy_moves else None
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
-        variables, restore_feeds, restore_ops, probe_op, skip, checkpoint,
+        variables, restore_feeds, restore_ops, probe_op, skip, checkpoint, ensure_op,
+        tuple(sorted({m.source for m in lazy_moves or ()})),
     )
 
 
@@ -279,6 +296,13 @@ class Move:
     source: str  # device
     destination: str  # device
 
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for d in self.shape:
+            count *= d
+        return count * self.dtype.size
+
 
 def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
     """The variables of ``new`` that live on another device in ``old`` (the graphs of two layouts of one job)."""
@@ -290,31 +314,49 @@ def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
     ]
 
 
-def build_move_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf.Operation]:
-    """A graph whose one op moves each variable from its source node to its destination node.
+def _handle(move: Move, device: str, container: str) -> tf.Tensor:
+    """A handle to ``move``'s variable on ``device``, by its shared name in the job's container."""
+    with tf.device(device):
+        return tf.raw_ops.VarHandleOp(dtype=move.dtype, shape=move.shape, container=container,
+                                      shared_name=move.name)
 
-    The source node reads the variable, the destination node assigns the
-    value to a resource of the same name on itself, which creates it; then
-    the source's copy is released. The bytes go from ps to ps, never through
-    the driver. Built from raw resource ops on the variables' shared names:
-    the job's training graphs stay free of any move logic.
-    """
+
+def _lazy_creation(moves: list[Move], variables: dict[str, tf.Variable], container: str) -> tf.Operation:
+    """The op that creates each moved variable from its old location if it is not created yet (see above)."""
+    created = []
+    for move in moves:
+        destination = _handle(move, move.destination, container)
+
+        def pull(move=move, destination=destination):
+            source = _handle(move, move.source, container)
+            with tf.device(move.source):
+                value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
+            with tf.device(move.destination):
+                return tf.group(tf.raw_ops.AssignVariableOp(resource=destination, value=value))
+
+        with tf.device(move.destination):
+            is_created = tf.raw_ops.VarIsInitializedOp(resource=destination)
+            created.append(tf.cond(is_created, tf.no_op, pull))
+    ensure = tf.group(*created, name="odmr_ensure")
+    # Every op that uses a moved variable (reads in the model, the optimizer's
+    # update, a slot's update) takes its handle: making the handle ops wait for
+    # the creation orders all of them after it. TensorFlow offers no public
+    # call to add a control input to an existing op.
+    for move in moves:
+        variables[move.name].handle.op._add_control_input(ensure)
+    return ensure
+
+
+def build_release_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf.Operation]:
+    """A graph whose one op releases the old copies of moved variables (once they all live at their new nodes)."""
     graph = tf.Graph()
     with graph.as_default():
         released = []
         for move in moves:
-            def handle(device):
-                with tf.device(device):
-                    return tf.raw_ops.VarHandleOp(dtype=move.dtype, shape=move.shape, container=container,
-                                                  shared_name=move.name)
-            source = handle(move.source)
             with tf.device(move.source):
-                value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
-            with tf.device(move.destination):
-                assigned = tf.raw_ops.AssignVariableOp(resource=handle(move.destination), value=value)
-            with tf.device(move.source), tf.control_dependencies([assigned]):
-                released.append(tf.raw_ops.DestroyResourceOp(resource=source, ignore_lookup_error=False))
-        op = tf.group(*released, name="move")
+                released.append(tf.raw_ops.DestroyResourceOp(
+                    resource=_handle(move, move.source, container), ignore_lookup_error=True))
+        op = tf.group(*released, name="release")
     graph.finalize()
     return graph, op
 

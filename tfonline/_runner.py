@@ -124,14 +124,24 @@ class SmoothedLoss:
 
 
 @dataclass
+class _Opened:
+    """Graphs of a setting, with their sessions and steps once opened (None until then)."""
+
+    graphs: list
+    sessions: list | None = None
+    steps: list | None = None
+    apply: Any = None
+
+
+@dataclass
 class _Prepared:
     """A switch's next setting, made ready while the workers still trained (see ``Runner._prepare``)."""
 
     setting: dict[str, Any]
     placement: list[int]
-    sessions: list | None  # None when the switch restarts nodes: sessions are opened after
-    steps: list | None
-    apply: Any
+    moves: list  # the variables the new placement moves, created lazily (ODMR)
+    steady: _Opened
+    transition: _Opened | None  # when variables move: the graphs that create them at their first use
 
 
 class _Stop(Exception):
@@ -178,6 +188,11 @@ class Runner:
         self._steps: list = []
         self._apply = None
         self._prepared: _Prepared | None = None  # the next setting, made ready while the workers still train
+        self._transition: _Prepared | None = None  # a switch whose moved variables may not all be created yet
+        self._leader_stepped = threading.Event()  # worker 0 has taken a step since the last switch
+        self._leader_stepped.set()
+        self._retired_sessions: list = []  # a transition's sessions: closed at the next switch or the end
+        self._opened_sessions: list = []  # every training session the job opened
         self.session_configs: list[tuple[int, Any]] = []
         self.tuning = tuning
         self.manager = None
@@ -245,6 +260,7 @@ class Runner:
                 finally:
                     self._take_prepared(None)
                     self._close_sessions()
+                    _close_all(self._opened_sessions)  # prepared, transition, and any a failed switch left
                     if owned is not None:
                         owned.stop()
                     elif self.cluster is not None:
@@ -302,30 +318,36 @@ class Runner:
 
     # -- graphs and sessions -------------------------------------------------
 
-    def _graphs_for(self, setting, placement: list[int]) -> list[_graph.WorkerGraph]:
-        """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each)."""
+    def _graphs_for(self, setting, placement: list[int], lazy_moves: list[_graph.Move] | None = None
+                    ) -> list[_graph.WorkerGraph]:
+        """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each).
+
+        With ``lazy_moves``, the transition graphs that create those moved variables at their first use.
+        """
         layout = _graph.Layout.from_setting(setting)
-        key = (layout, tuple(placement))
+        key = (layout, tuple(placement), tuple(m.name for m in lazy_moves or ()))
         if key not in self._graphs_by_layout:
             self._graphs_by_layout[key] = [
                 _graph.build_worker_graph(
                     self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
-                    self.seed, saver=self.reconfig == "checkpoint",
+                    self.seed, saver=self.reconfig == "checkpoint", lazy_moves=lazy_moves,
                 )
                 for rank in range(len(layout.worker_nodes))
             ]
         return self._graphs_by_layout[key]
 
-    def _open(self, setting, placement: list[int], carry=None, prepared: _Prepared | None = None) -> None:
+    def _open(self, setting, placement: list[int], carry=None, prepared: _Opened | None = None,
+              graphs: list[_graph.WorkerGraph] | None = None) -> None:
         """Opens sessions on the graphs of ``setting``'s layout with ``placement``, then starts their input.
 
         The job's variables are initialised, unless ``carry`` is given: then
         it is called instead, with the sessions open, to bring the variables
         over from the previous setting. Sessions and steps ``prepared`` ahead
-        are used as they are.
+        are used as they are; ``graphs`` (a switch's transition graphs)
+        replace the layout's own.
         """
         self.layout, self.placement = _graph.Layout.from_setting(setting), placement
-        self.graphs = self._graphs_for(setting, placement)
+        self.graphs = graphs or self._graphs_for(setting, placement)
         self._sessions = prepared.sessions if prepared else [self._session(wg, setting) for wg in self.graphs]
         if carry is None:
             self._sessions[0].run(self.graphs[0].init_op)
@@ -373,20 +395,27 @@ class Runner:
         """Makes what the switch to ``new`` needs ready while the workers still train under the old setting.
 
         Online techniques only (the baselines pay their full price): the
-        new layout's graphs are built, and when no node restarts, the new
-        sessions are opened and their steps made. At the switch there is
-        then little left: move what moves, start the input, swap sessions.
+        new placement, the variables it moves, the new layout's graphs (and
+        the transition graphs that create the moved variables at their first
+        use), and when no node restarts, the new sessions with their steps.
+        At the switch there is then little left: start the input, swap.
         """
         if how.technique in ("restart", "checkpoint", "none"):
             return None
         placement = relocate(self.partitions, self.placement, new["ps"]) if new["ps"] != self.setting["ps"] \
             else self.placement
-        graphs = self._graphs_for(new, placement)
-        if self._restarted_by(new):
-            return _Prepared(dict(new), placement, None, None, None)
-        sessions = [self._session(wg, new) for wg in graphs]
-        steps, apply = self._make_steps(sessions, graphs)
-        return _Prepared(dict(new), placement, sessions, steps, apply)
+        steady = self._graphs_for(new, placement)
+        restarted = self._restarted_by(new)
+        # What lives on a restarting node is read and restored by the driver instead.
+        moves = [m for m in _graph.moves_between(self.graphs[0], steady[0]) if _node_of(m.source) not in restarted]
+        transition = self._graphs_for(new, placement, moves) if moves else None
+        prepared = _Prepared(dict(new), placement, moves, _Opened(steady), _Opened(transition) if moves else None)
+        if not restarted:
+            for opened in (prepared.steady, prepared.transition):
+                if opened is not None:
+                    opened.sessions = [self._session(wg, new) for wg in opened.graphs]
+                    opened.steps, opened.apply = self._make_steps(opened.sessions, opened.graphs)
+        return prepared
 
     def _prepare_ahead(self, new: dict[str, Any]) -> None:
         """Prepares the switch to ``new`` (in the tuner's thread), unless it is prepared already."""
@@ -401,25 +430,27 @@ class Runner:
     def _take_prepared(self, new: dict[str, Any]) -> _Prepared | None:
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared.setting != new:  # prepared for another switch: never used
-            for session in prepared.sessions or ():
-                _close_session(session)
+            _close_all([session for opened in (prepared.steady, prepared.transition) if opened
+                        for session in opened.sessions or ()])
             return None
         return prepared
 
     def _session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
-        filters = [f"/job:node/task:{n}" for n in _graph.Layout.from_setting(setting).ps_nodes + (wg.worker_node,)]
+        nodes = set(_graph.Layout.from_setting(setting).ps_nodes) | {wg.worker_node}
+        nodes |= {_node_of(device) for device in wg.old_devices}
+        filters = [f"/job:node/task:{n}" for n in sorted(nodes)]
         session = tf.compat.v1.Session(
             self.cluster.target(wg.worker_node), graph=wg.graph,
             config=session_config(setting, filters, tuple(self.tuning.extra_knobs) if self.tuning else ())
         )
         # What TensorFlow's session was given, kept so it can be read back.
         self.session_configs.append((wg.worker_node, session._config))
+        self._opened_sessions.append(session)  # every one is closed when the job ends, whatever happened
         return session
 
     def _close_sessions(self) -> None:
-        for session in self._sessions:
-            _close_session(session)
-        self._sessions = []
+        _close_all(self._sessions + self._retired_sessions)
+        self._sessions, self._retired_sessions = [], []
 
     def _reset_container(self) -> None:
         """Drops this job's variables (every container it used) from nodes that outlive it.
@@ -500,6 +531,9 @@ class Runner:
                     self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
                 if self._pending_reconfiguration is not None:
                     self._record_reconfiguration_cost()
+                if self._transition is not None and self._leader_stepped.is_set():
+                    self._watched(self._finish_transition, f"the move of {len(self._transition.moves)} variables "
+                                                           f"to their new nodes after step {self.step}")
                 if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
                     self._estimate()
                 if not self.quiet and time.monotonic() >= next_progress:
@@ -614,32 +648,41 @@ class Runner:
             time.sleep(0.1)
 
     def _switch(self, new: dict[str, Any], how: Plan) -> None:
-        """Carries out a switch in a helper thread while this thread watches the nodes.
+        """Carries out a switch, watched (see :meth:`_watched`)."""
+        if how.technique in ("restart", "checkpoint"):
+            technique = self._reconfigure if how.technique == "restart" else self._checkpoint_restart
+        else:
+            technique = self._reopen_sessions if how.sessions_only else self._relocate
+
+        def switch() -> None:
+            if self._transition is not None:  # the last switch's moved variables: settled first
+                self._finish_transition()
+            technique(new, how)
+
+        self._watched(switch, f"the switch from {short_form(self.setting)} to {short_form(new)} at step {self.step}")
+
+    def _watched(self, call, what: str) -> None:
+        """Runs ``call`` (TensorFlow calls of a switch) in a helper thread while this thread watches the nodes.
 
         A TensorFlow call that needs a node which died blocks for good (gRPC
         keeps retrying it), and Python cannot interrupt a thread inside one.
-        So the switch runs beside this thread, which checks the nodes every
+        So the call runs beside this thread, which checks the nodes every
         0.2 s: a node that dies mid-switch fails the job with a message naming
         it, instead of hanging the driver or training on parameters the switch
         left half-moved. The stuck helper thread is abandoned (a daemon); the
         job's clean-up is bounded and stops the nodes it started.
         """
-        if how.technique in ("restart", "checkpoint"):
-            technique = self._reconfigure if how.technique == "restart" else self._checkpoint_restart
-        else:
-            technique = self._reopen_sessions if how.sessions_only else self._relocate
         outcome: list[BaseException] = []
         done = threading.Event()
 
         def carry_out() -> None:
             try:
-                technique(new, how)
+                call()
             except BaseException as e:  # handed to the watching thread
                 outcome.append(e)
             finally:
                 done.set()
 
-        what = f"the switch from {short_form(self.setting)} to {short_form(new)} at step {self.step}"
         threading.Thread(target=carry_out, name="tfonline-switch", daemon=True).start()
         deadline = time.monotonic() + SWITCH_TIMEOUT_S
         try:
@@ -673,8 +716,9 @@ class Runner:
         self._close_sessions()
         self.setting = new
         self._record_setting(new)
-        if prepared is not None and prepared.sessions:
-            self._sessions, self._steps, self._apply = prepared.sessions, prepared.steps, prepared.apply
+        if prepared is not None and prepared.steady.sessions:
+            opened = prepared.steady
+            self._sessions, self._steps, self._apply = opened.sessions, opened.steps, opened.apply
         else:
             self._sessions = [self._session(wg, new) for wg in self.graphs]
             for session, wg in zip(self._sessions, self.graphs):
@@ -774,19 +818,22 @@ class Runner:
     def _relocate(self, new: dict[str, Any], how: Plan) -> None:
         """The online switch when the layout or the thread pools change: ODMR, TDR, node restarts.
 
-        Only what must move moves. The placement map changes as little as
-        keeps the bytes balanced (:func:`relocate`); a partition that stays
-        is the same resource on the same node for the new graphs. The moved
-        ones go ps to ps in one op (:func:`_graph.build_move_graph`). A node
-        whose thread pools change restarts, and the variables on it are
-        read before and restored after. Each new worker skips its share of
-        the batches read so far (TDR, in :meth:`_open`).
+        Only what must move moves, and not at the switch. The placement map
+        changes as little as keeps the bytes balanced (:func:`relocate`); a
+        partition that stays is the same resource on the same node for the
+        new graphs. The workers resume on transition graphs, whose first step
+        creates each moved variable on its new node from its old location
+        (ODMR, see :func:`_graph.build_worker_graph`); once they have, the
+        workers go on to the steady-state graphs and the old copies are
+        released (:meth:`_finish_transition`). A node whose thread pools
+        change restarts, and the variables on it are read before and
+        restored after. Each new worker skips its share of the batches read
+        so far (TDR, in :meth:`_open`).
         """
         last_wall = self._last_wall()
         old, old_chief = self.setting, self.graphs[0]
         marks = [("start", time.monotonic())]
         prepared = self._take_prepared(new) or self._prepare(new, how)
-        placement = prepared.placement
         used = range(new["ps"] + new["worker"])
         restarted = self._restarted_by(new)
         on_restarted = {name: v for name, v in old_chief.variables.items() if _node_of(v.device) in restarted}
@@ -798,35 +845,50 @@ class Runner:
         self._record_setting(new)
         self.cluster.set_threads_of({node: _threads(new) for node in used})
         marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
-        moved_bytes = [int(sum(v.nbytes for v in values.values()))]
+        first = prepared.transition or prepared.steady
 
         def carry() -> None:
-            moves = [m for m in _graph.moves_between(old_chief, self.graphs[0])
-                     if _node_of(m.source) not in restarted and m.name not in values]
-            marks.append(("new graphs and sessions", time.monotonic()))
-            if moves:
-                self._move(moves)
-                moved_bytes.append(sum(m.dtype.size * math.prod(m.shape) for m in moves))
-            marks.append((f"moved {len(moves)} variables", time.monotonic()))
+            marks.append(("sessions", time.monotonic()))
             self._restore(values)
             marks.append(("restored", time.monotonic()))
 
-        self._open(new, placement, carry, prepared if prepared.sessions else None)
-        marks.append(("input" + ("" if prepared.sessions else ", probe and steps"), time.monotonic()))
+        self._open(new, prepared.placement, carry, first if first.sessions else None, first.graphs)
+        marks.append(("input" + ("" if first.sessions else ", probe and steps"), time.monotonic()))
+        if prepared.moves:
+            self._transition = prepared
+            self._leader_stepped.clear()
         logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), how.technique, ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
         self._warmup = len(self.graphs)
-        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, sum(moved_bytes), last_wall)
+        moved = int(sum(v.nbytes for v in values.values())) + sum(m.nbytes for m in prepared.moves)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
-    def _move(self, moves: list[_graph.Move]) -> None:
-        """Runs the ODMR move of ``moves`` in a session of its own on the chief's node."""
-        graph, op = _graph.build_move_graph(moves, self.container)
-        nodes = {_node_of(m.source) for m in moves} | {_node_of(m.destination) for m in moves}
-        target_node = self.graphs[0].worker_node
-        filters = [f"/job:node/task:{n}" for n in sorted(nodes | {target_node})]
-        config = tf.compat.v1.ConfigProto(device_filters=filters)
-        with tf.compat.v1.Session(self.cluster.target(target_node), graph=graph, config=config) as session:
+    def _finish_transition(self) -> None:
+        """After the transition graphs' first step: every moved variable lives at its new node.
+
+        Makes sure of it (the ensure op is a no-op when the first step
+        created them all), moves the workers to the steady-state graphs,
+        which have no conditional (each takes its new step at its next
+        iteration), and releases the old copies. A step still running on a
+        transition graph finds every variable created and never reads an old
+        copy, so releasing them now is safe; its session is closed later.
+        """
+        prepared, self._transition = self._transition, None
+        self._sessions[0].run(self.graphs[0].ensure_op)
+        steady = prepared.steady
+        if steady.sessions is None:  # nodes restarted at the switch: opened now
+            steady.sessions = [self._session(wg, self.setting) for wg in steady.graphs]
+            steady.steps, steady.apply = self._make_steps(steady.sessions, steady.graphs)
+        self._retired_sessions += self._sessions
+        self.graphs, self._sessions = steady.graphs, steady.sessions
+        self._steps, self._apply = steady.steps, steady.apply
+        graph, op = _graph.build_release_graph(prepared.moves, self.container)
+        nodes = {_node_of(m.source) for m in prepared.moves} | {self.graphs[0].worker_node}
+        config = tf.compat.v1.ConfigProto(device_filters=[f"/job:node/task:{n}" for n in sorted(nodes)])
+        with tf.compat.v1.Session(self.cluster.target(self.graphs[0].worker_node), graph=graph,
+                                  config=config) as session:
             session.run(op)
+        logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
 
     def _record_reconfiguration_cost(self) -> None:
         """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
@@ -861,20 +923,27 @@ class Runner:
         )
 
     def _async_loop(self, rank: int) -> None:
-        step = self._steps[rank]
+        if rank > 0:
+            # After a switch that moves variables, worker 0's first step creates them; the others wait for
+            # it, so that two first steps never both create one (the second would undo the first's update).
+            while not (self._leader_stepped.wait(0.05) or self._stop_event.is_set() or self._pause.is_set()):
+                pass
         while not (self._stop_event.is_set() or self._pause.is_set()):
             started = time.perf_counter()
-            loss, _ = run_retrying_aborts(step)
+            loss, _ = run_retrying_aborts(self._steps[rank])  # read each time: a transition ends between steps
+            if rank == 0:
+                self._leader_stepped.set()
             self._record_iteration(rank, time.perf_counter() - started, float(loss))
 
     def _sync_loop(self) -> None:
-        steps, apply = self._steps, self._apply
-        with ThreadPoolExecutor(len(steps), thread_name_prefix="tfonline-sync-worker") as pool:
+        with ThreadPoolExecutor(len(self._steps), thread_name_prefix="tfonline-sync-worker") as pool:
             while not (self._stop_event.is_set() or self._pause.is_set()):
                 started = time.perf_counter()
+                steps, apply = self._steps, self._apply  # read each time: a transition ends between steps
                 futures = [pool.submit(step) for step in steps]
                 losses = [float(f.result()[0]) for f in futures]
                 apply()
+                self._leader_stepped.set()
                 self._record_iteration(None, time.perf_counter() - started, sum(losses) / len(losses))
 
     def _request_stop(self, stop: _Stop) -> None:
@@ -1125,9 +1194,26 @@ def _started_thread(target, *args) -> threading.Thread:
     return thread
 
 
-def _close_session(session) -> None:
-    if not _bounded(session.close, "closing a session"):
-        # Drop the C handle so the session's __del__ does not block the exit.
+def _close_all(sessions) -> None:
+    """Closes sessions side by side under one deadline (CLEANUP_TIMEOUT_S).
+
+    Closing a session of a cluster with a dead node blocks for good. A
+    session still open after the deadline loses its C handle, so that its
+    ``__del__`` (which closes it too) cannot block whatever thread the
+    garbage collector happens to run in.
+    """
+    sessions = [s for s in sessions if not s._closed]
+    if not sessions:
+        return
+    threads = [_started_thread(session.close) for session in sessions]
+    deadline = time.monotonic() + CLEANUP_TIMEOUT_S
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    stuck = [session for session, thread in zip(sessions, threads) if thread.is_alive()]
+    if stuck:
+        logger.warning("closing %d session(s) did not finish within %.0f s (a node is gone); abandoned",
+                       len(stuck), CLEANUP_TIMEOUT_S)
+    for session in stuck:
         session._session = None
 
 
