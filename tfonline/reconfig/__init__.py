@@ -19,18 +19,28 @@ change needs them and recorded as, e.g., ``"odmr+tdr"``:
   start; a new ps count changes only the placement map, and
   :func:`tfonline.placement.relocate` moves as few partitions as keep the
   bytes balanced. A partition that stays keeps living where it is: the
-  new layout's graphs name the same resource on the same node. A moved
-  partition (with its optimizer slots) goes ps to ps in one op the
-  destination runs, before the new graphs' first step; the old copy is
-  released. The new graphs are the steady-state graphs: no conditional.
+  new layout's graphs name the same resource on the same node. Nothing is
+  copied at the switch: the workers resume on *transition graphs* in which
+  each moved variable (with its optimizer slots) is created on its new
+  node at its first use, from its old location, by a conditional that
+  does nothing once it exists; the first step's update then applies
+  there, and every later one is a normal update. Once every moved variable
+  lives at its new node, each worker goes on to the steady-state graphs
+  (no conditional) at its next iteration and the old copies are released.
+  In async mode worker 0 takes the first step alone, so no two first
+  steps create one variable twice (the second would undo the first's
+  update); in sync mode the workers' first steps all create from the same
+  old value before any update, so racing creations are harmless.
 - **TDR** (I-a, and a ps change, which moves the workers to other nodes).
   The input is re-sharded over the new workers. The guarantee, with
   ``input_fn(shard, num_shards)`` cutting the data round-robin (shard i
   gets batches i, i + n, ...): after B batches read under the old
   setting, each of the n new workers skips its first ceil(B / n) batches.
-  For a finite dataset (one epoch, or within ``repeat()``'s first epoch)
-  no batch is read twice and at most n − 1 of them are passed over; the
-  workers' shards never overlap. For a streaming dataset (one that is
+  For a finite dataset (one epoch, or within ``repeat()``'s first epoch),
+  in sync mode, no batch is read twice and at most n − 1 of them are
+  passed over; the workers' shards never overlap. In async mode the same
+  holds when the workers ran at the same pace; a worker that ran ahead of
+  the others may see up to its lead again. For a streaming dataset (one that is
   not indexed, e.g. generated or read from a queue), the shards stay
   disjoint but the position is the same approximation: batches are
   counted, not identified.
@@ -42,14 +52,9 @@ the online techniques are measured against: save a checkpoint with
 ``tf.compat.v1.train.Saver``, restart every node, build the graphs and
 sessions anew, restore the checkpoint, resume.
 
-Departure from the paper's ODMR, and why: there the first push to a moved
-partition's new node carries the value the worker pulled from the old node
-plus the update, so nothing moves at switch time. That needs the update
-rule of every optimizer re-written around an uninitialised variable
-(TensorFlow applies Adagrad, Adam, ... with fused kernels that require an
-initialised one, and moves their slots too). tfonline moves the partitions
-the new map moves, ps to ps, just before the first step: the same bytes
-once, without the driver, and without a conditional in any graph.
+Not built yet: in async mode the workers still stop together at a switch
+(each at its own iteration's end) and resume together on the new graphs;
+the paper lets each worker switch at its own boundary with no global stop.
 """
 
 from __future__ import annotations
@@ -126,7 +131,8 @@ def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, An
                     "restart the nodes whose thread pools change (forked, TensorFlow imported)"]
     if "ps" in changed:
         parts.append("odmr")
-        actions.append("move the partitions the new placement map moves, ps to ps, and release the old copies")
+        actions.append("create each partition the new placement map moves on its new node at its first use, "
+                       "from its old location; then release the old copies")
     if layout:
         parts.append("tdr")
         actions.append("re-shard the input over the new workers (each skips its share of the batches read so far)")
