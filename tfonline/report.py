@@ -117,7 +117,7 @@ def _tuning_lines(repo: Repository, job: dict[str, Any]) -> list[str]:
         lines.append(f"  reconfigurations: {len(moves)}, {total:.1f} s in all "
                      "(wall time from the last iteration before to the first after)")
         for m in moves:
-            lines.append(f"    step {m['step']:>7}  {m['types']:<12} {m['technique']:<8} {_fmt(m['cost_s'], '.2f')} s  "
+            lines.append(f"    step {m['step']:>7}  {m['types']:<12} {m['technique']:<13} {_fmt(m['cost_s'], '.2f'):>6} s  "
                          f"{(m['bytes_moved'] or 0) / 1e6:.1f} MB")
     return lines
 
