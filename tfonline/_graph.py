@@ -17,6 +17,7 @@ can be dropped from long-lived servers without touching other jobs.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -298,10 +299,7 @@ class Move:
 
     @property
     def nbytes(self) -> int:
-        count = 1
-        for d in self.shape:
-            count *= d
-        return count * self.dtype.size
+        return math.prod(self.shape) * self.dtype.size
 
 
 def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:

@@ -385,8 +385,10 @@ class Runner:
     def _make_steps(self, sessions, graphs) -> tuple[list, Any]:
         """Each worker's training step as a callable on its session (sync: and the chief's apply).
 
-        Making a callable registers its graph partitions on the nodes (no
-        step runs), which is most of what a session's first step costs.
+        A callable costs less per step than ``Session.run`` and is made off
+        the critical path when a switch is prepared (about 0.016 s each). It
+        does not register the graphs on the nodes: the first call does, which
+        is most of a new session's first step (about 0.1 s here).
         """
         steps = [session.make_callable([wg.loss, wg.train_op]) for session, wg in zip(sessions, graphs)]
         return steps, sessions[0].make_callable(graphs[0].apply_op) if self.sync else None
