@@ -464,14 +464,11 @@ class Runner:
         containers = [self.container]
 
         def reset(index: int) -> None:
-            target = self.cluster.target(index)
-            with contextlib.suppress(Exception):
-                tf.compat.v1.Session.reset(target, containers)
+            tf.compat.v1.Session.reset(self.cluster.target(index), containers)
 
-        _bounded(lambda: [t.join() for t in [
-            _started_thread(reset, index) for index in range(self.cluster.node_count)]],
-            f"resetting the job's containers on {self.cluster.node_count} nodes",
-            why="a node is gone, or nodes were restarted during the job")
+        _side_by_side([lambda index=index: reset(index) for index in range(self.cluster.node_count)],
+                      f"resetting the job's containers on {self.cluster.node_count} nodes",
+                      why="a node is gone, or nodes were restarted during the job")
 
     # -- training ------------------------------------------------------------
 
@@ -1137,26 +1134,32 @@ class Runner:
         )
 
 
-def _bounded(call, what: str, timeout_s: float = CLEANUP_TIMEOUT_S, why: str = "a node is gone") -> bool:
-    """Runs ``call`` in a daemon thread, giving up after ``timeout_s``.
+def _side_by_side(calls, what: str, why: str = "a node is gone", timeout_s: float = CLEANUP_TIMEOUT_S) -> list[bool]:
+    """Runs each call in a daemon thread, all under one deadline (``timeout_s``); errors are ignored.
 
     Closing a session, or resetting a container, on a cluster with a dead
     node blocks for good: the master keeps retrying the node. Clean-up must
-    never hang the driver, so such a call is abandoned. Returns whether the
-    call finished.
+    never hang the driver, so a call still running at the deadline is
+    abandoned; side by side, the worst case costs the deadline once, not
+    once per call. Returns, for each call, whether it finished.
     """
 
-    def guarded():
+    def guarded(call):
         with contextlib.suppress(Exception):
             call()
 
-    worker = threading.Thread(target=guarded, name="tfonline-cleanup", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    if worker.is_alive():
-        logger.warning("%s did not finish within %.0f s (%s); abandoned", what, timeout_s, why)
-        return False
-    return True
+    threads = [threading.Thread(target=guarded, args=(call,), name="tfonline-cleanup", daemon=True)
+               for call in calls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    finished = [not thread.is_alive() for thread in threads]
+    if not all(finished):
+        logger.warning("%s: %d of %d did not finish within %.0f s (%s); abandoned", what,
+                       finished.count(False), len(finished), timeout_s, why)
+    return finished
 
 
 def _until_reachable(call, grace_s: float = UNAVAILABLE_GRACE_S) -> None:
@@ -1190,14 +1193,8 @@ def _for_each(call, items) -> None:
             future.result()
 
 
-def _started_thread(target, *args) -> threading.Thread:
-    thread = threading.Thread(target=target, args=args, name="tfonline-cleanup", daemon=True)
-    thread.start()
-    return thread
-
-
 def _close_all(sessions) -> None:
-    """Closes sessions side by side under one deadline (CLEANUP_TIMEOUT_S).
+    """Closes sessions side by side under one deadline (see :func:`_side_by_side`).
 
     Closing a session of a cluster with a dead node blocks for good. A
     session still open after the deadline loses its C handle, so that its
@@ -1205,18 +1202,10 @@ def _close_all(sessions) -> None:
     garbage collector happens to run in.
     """
     sessions = [s for s in sessions if not s._closed]
-    if not sessions:
-        return
-    threads = [_started_thread(session.close) for session in sessions]
-    deadline = time.monotonic() + CLEANUP_TIMEOUT_S
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    stuck = [session for session, thread in zip(sessions, threads) if thread.is_alive()]
-    if stuck:
-        logger.warning("closing %d session(s) did not finish within %.0f s (a node is gone); abandoned",
-                       len(stuck), CLEANUP_TIMEOUT_S)
-    for session in stuck:
-        session._session = None
+    finished = _side_by_side([session.close for session in sessions], f"closing {len(sessions)} session(s)")
+    for session, done in zip(sessions, finished):
+        if not done:
+            session._session = None
 
 
 def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
