@@ -68,7 +68,7 @@ def test_sqlite_file_of_another_program(tmp_path):
 def test_older_schema_version(db_path):
     Repository(db_path).close()
     sqlite3.connect(db_path, isolation_level=None).execute("update meta set value = '0' where key = 'schema_version'")
-    with pytest.raises(RepositoryError, match="db has tfonline schema version 0, this tfonline reads version 2"):
+    with pytest.raises(RepositoryError, match="db has tfonline schema version 0, this tfonline reads version 3"):
         Repository(db_path)
 
 
@@ -78,7 +78,7 @@ def test_missing_file_for_readers(tmp_path):
 
 
 def test_a_version_1_repository_is_upgraded_in_place(db_path):
-    """Version 2 only added tables and columns: an older file keeps its rows and gains them."""
+    """Versions 2 and 3 only added tables and columns: an older file keeps its rows and gains them."""
     repo = Repository(db_path)
     repo.insert("jobs", {"id": "old", "name": "Old", "status": "converged"})
     repo.close()
@@ -87,11 +87,13 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("drop table phases")
     con.execute("alter table decisions drop column overhead_s")
     con.execute("alter table jobs drop column tuned")
+    con.execute("alter table reconfigurations drop column iterations_during")
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
-    assert repo.schema_version == 2
+    assert repo.schema_version == 3
     assert repo.db["triples"].exists() and repo.db["phases"].exists()
     assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict
+    assert "iterations_during" in repo.db["reconfigurations"].columns_dict
     assert [j["id"] for j in repo.jobs()] == ["old"]
     repo.close()

@@ -27,6 +27,7 @@ from tfonline.exceptions import JobDefinitionError
 from tfonline.placement import Partition, shards_for
 
 GLOBAL_STEP_NAME = "tfonline_global_step"
+ODMR_LOCK_NAME = "tfonline_odmr_lock"  # one per destination node, in the job's container
 
 
 def node_device(index: int) -> str:
@@ -319,22 +320,47 @@ def _handle(move: Move, device: str, container: str) -> tf.Tensor:
                                       shared_name=move.name)
 
 
+def _lock(node_device_: str, container: str) -> tf.Tensor:
+    """The ODMR creation lock of one destination node (a mutex shared by every transition graph of the job)."""
+    with tf.device(node_device_):
+        return tf.raw_ops.MutexV2(container=container, shared_name=ODMR_LOCK_NAME)
+
+
 def _lazy_creation(moves: list[Move], variables: dict[str, tf.Variable], container: str) -> tf.Operation:
-    """The op that creates each moved variable from its old location if it is not created yet (see above)."""
+    """The op that creates each moved variable from its old location if it is not created yet (see above).
+
+    Workers switch at their own iteration boundary, so the first steps of
+    two workers can both find a moved variable uncreated: the second
+    creation would overwrite the first step's update with the old value.
+    Each destination node's check-and-create runs under a lock on that
+    node (TensorFlow's ``MutexLock``, which ``tf.CriticalSection`` is made
+    of), so exactly one step creates each variable.
+    """
     created = []
+    by_node: dict[str, list[Move]] = {}
     for move in moves:
-        destination = _handle(move, move.destination, container)
+        by_node.setdefault(move.destination, []).append(move)
+    for device, group in sorted(by_node.items()):
+        with tf.device(device):
+            lock = tf.raw_ops.MutexLock(mutex=_lock(device, container))
+        creations = []
+        for move in group:
+            destination = _handle(move, move.destination, container)
 
-        def pull(move=move, destination=destination):
-            source = _handle(move, move.source, container)
-            with tf.device(move.source):
-                value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
-            with tf.device(move.destination):
-                return tf.group(tf.raw_ops.AssignVariableOp(resource=destination, value=value))
+            def pull(move=move, destination=destination):
+                source = _handle(move, move.source, container)
+                with tf.device(move.source):
+                    value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
+                with tf.device(move.destination):
+                    return tf.group(tf.raw_ops.AssignVariableOp(resource=destination, value=value))
 
-        with tf.device(move.destination):
-            is_created = tf.raw_ops.VarIsInitializedOp(resource=destination)
-            created.append(tf.cond(is_created, tf.no_op, pull))
+            with tf.device(device), tf.control_dependencies([lock]):
+                is_created = tf.raw_ops.VarIsInitializedOp(resource=destination)
+            with tf.device(device):
+                creations.append(tf.cond(is_created, tf.no_op, pull))
+        with tf.device(device), tf.control_dependencies(creations):
+            # Keeps the lock until every creation on the node is done; releasing it is the lock tensor's end.
+            created.append(tf.raw_ops.ConsumeMutexLock(mutex_lock=lock))
     ensure = tf.group(*created, name="odmr_ensure")
     # Every op that uses a moved variable (reads in the model, the optimizer's
     # update, a slot's update) takes its handle: making the handle ops wait for
@@ -346,7 +372,8 @@ def _lazy_creation(moves: list[Move], variables: dict[str, tf.Variable], contain
 
 
 def build_release_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf.Operation]:
-    """A graph whose one op releases the old copies of moved variables (once they all live at their new nodes)."""
+    """A graph whose one op releases the old copies of moved variables (once they all live at their new nodes)
+    and the creation locks."""
     graph = tf.Graph()
     with graph.as_default():
         released = []
@@ -354,6 +381,10 @@ def build_release_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf
             with tf.device(move.source):
                 released.append(tf.raw_ops.DestroyResourceOp(
                     resource=_handle(move, move.source, container), ignore_lookup_error=True))
+        for device in sorted({move.destination for move in moves}):  # and the creation locks
+            with tf.device(device):
+                released.append(tf.raw_ops.DestroyResourceOp(resource=_lock(device, container),
+                                                              ignore_lookup_error=True))
         op = tf.group(*released, name="release")
     graph.finalize()
     return graph, op

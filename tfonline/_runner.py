@@ -189,8 +189,18 @@ class Runner:
         self._apply = None
         self._prepared: _Prepared | None = None  # the next setting, made ready while the workers still train
         self._transition: _Prepared | None = None  # a switch whose moved variables may not all be created yet
-        self._leader_stepped = threading.Event()  # worker 0 has taken a step since the last switch
-        self._leader_stepped.set()
+        # The workers' steps are published as a whole (:meth:`_publish`). Each worker takes each iteration
+        # on the steps published last, so a switch reaches it at its next iteration boundary: a step already
+        # running finishes on the old graphs ("late"). The generation numbers the settings the job ran, the
+        # version every change of the steps (a transition's end too); _on maps each running worker to the
+        # version of the step it takes.
+        self._generation = 0
+        self._steps_version = 0
+        self._on: dict[int, int] = {}
+        self._workers: dict[int, threading.Thread] = {}
+        self._stepped_in_generation = True  # a step has completed on the current setting's graphs
+        self._late_as: tuple[str, int] | None = None  # the previous setting's id and segment, for late steps
+        self._observed: SegmentRun | None = None  # the old setting's last points, for the tuner after a switch
         self._retired_sessions: list = []  # a transition's sessions: closed at the next switch or the end
         self._opened_sessions: list = []  # every training session the job opened
         self.session_configs: list[tuple[int, Any]] = []
@@ -215,7 +225,9 @@ class Runner:
         # Where the job's input is, in batches of the round-robin order: where the
         # shards opened last started, plus what they read (updated at each switch).
         self._input_position = 0
-        self._step_at_open = 0
+        self._read_in_generation = 0  # batches read since the input was last opened
+        self._opening = False  # a switch counted the batches read and opens the new input
+        self._counted_generation = -1  # the setting whose steps in flight a switch counted as read
 
     # -- the whole run -------------------------------------------------------
 
@@ -247,7 +259,7 @@ class Runner:
                     self._record_cluster(cluster)
                     used = range(setting["ps"] + setting["worker"])
                     cluster.set_threads_of({node: _threads(setting) for node in used})
-                    self._open(setting, balanced_placement(self.partitions, setting["ps"]))
+                    self._steps, self._apply = self._open(setting, balanced_placement(self.partitions, setting["ps"]))
                     if self.tuning is not None:
                         self.manager = self._schedule or self.tuning.manager(
                             self.space, setting, self.job, self.repo, self.seed)
@@ -337,8 +349,9 @@ class Runner:
         return self._graphs_by_layout[key]
 
     def _open(self, setting, placement: list[int], carry=None, prepared: _Opened | None = None,
-              graphs: list[_graph.WorkerGraph] | None = None) -> None:
-        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, then starts their input.
+              graphs: list[_graph.WorkerGraph] | None = None) -> tuple[list, Any]:
+        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, starts their input and
+        returns the workers' steps (see :meth:`_make_steps`; the caller publishes them).
 
         The job's variables are initialised, unless ``carry`` is given: then
         it is called instead, with the sessions open, to bring the variables
@@ -378,9 +391,8 @@ class Runner:
         # long job): side by side.
         _for_each(start_input, range(len(self.graphs)))
         if prepared:  # their steps are made
-            self._steps, self._apply = prepared.steps, prepared.apply
-        else:
-            self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
+            return prepared.steps, prepared.apply
+        return self._make_steps(self._sessions, self.graphs)
 
     def _make_steps(self, sessions, graphs) -> tuple[list, Any]:
         """Each worker's training step as a callable on its session (sync: and the chief's apply).
@@ -474,22 +486,27 @@ class Runner:
 
     def _train(self) -> tuple[str, str]:
         with ThreadPoolExecutor(1, thread_name_prefix="tfonline-tuner") as self._tuner:
-            while True:
-                self._record_segment_start()
-                if self.manager is not None:
-                    self._segment_goal = self.manager.segment_length() + self._warmup
-                    upcoming = getattr(self.manager, "upcoming", None)  # a schedule knows its next setting
-                    if upcoming is not None and upcoming() is not None:
-                        self._tuner.submit(self._prepare_ahead, upcoming())
-                switch = self._run_segment()
-                if self._pending_reconfiguration is not None:  # a switch just before the job's end
-                    self._record_reconfiguration_cost()
-                self._record_segment_end()
-                if switch is None:
-                    break
-                if self._segment_points:  # trained under the old setting while the tuner decided
-                    self.manager.observe(self._segment_run())
-                self._switch(switch.candidate, plan(self.space.knobs, self.setting, switch.candidate, self.reconfig))
+            self._record_segment_start()
+            try:
+                while True:
+                    if self.manager is not None:
+                        self._segment_goal = self.manager.segment_length() + self._warmup
+                        upcoming = getattr(self.manager, "upcoming", None)  # a schedule knows its next setting
+                        if upcoming is not None and upcoming() is not None:
+                            self._tuner.submit(self._prepare_ahead, upcoming())
+                    switch = self._run_segment()
+                    if self._pending_reconfiguration is not None:  # a switch just before the job's end
+                        self._record_reconfiguration_cost()
+                    if switch is None:
+                        self._record_segment_end()
+                        break
+                    self._switch(switch.candidate, plan(self.space.knobs, self.setting, switch.candidate,
+                                                        self.reconfig))
+                    if self._observed is not None:  # trained under the old setting while the tuner decided
+                        self.manager.observe(self._observed)
+            finally:  # workers a switch left running, when it failed
+                self._stop_event.set()
+                self._join_workers()
         stop = self._stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -509,17 +526,11 @@ class Runner:
         When a tuner's segment is complete, the segment is handed to the tuner
         in a background thread and training goes on under the same setting
         (see :meth:`_hand_over_segment`); a decision to stay lets it go on.
+        A decision to switch either pauses the workers, or, for a live switch
+        (:meth:`_live`), returns with them still training.
         """
-        if self.sync:
-            threads = [threading.Thread(target=self._guard, args=(self._sync_loop,), name="tfonline-sync", daemon=True)]
-        else:
-            threads = [
-                threading.Thread(target=self._guard, args=(self._async_loop, rank), name=f"tfonline-worker-{rank}",
-                                 daemon=True)
-                for rank in range(len(self.graphs))
-            ]
-        for t in threads:
-            t.start()
+        with self._lock:
+            self._start_workers()
         next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         switch = None
         try:
@@ -530,9 +541,12 @@ class Runner:
                     self._request_stop(_Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached"))
                 if self._pending_reconfiguration is not None:
                     self._record_reconfiguration_cost()
-                if self._transition is not None and self._leader_stepped.is_set():
+                if self._transition is not None and self._settled(stepped=True):
                     self._watched(self._finish_transition, f"the move of {len(self._transition.moves)} variables "
                                                            f"to their new nodes after step {self.step}")
+                if self._retired_sessions and self._settled():  # no step runs on them any more
+                    retired, self._retired_sessions = self._retired_sessions, []
+                    _close_all(retired)
                 if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
                     self._estimate()
                 if not self.quiet and time.monotonic() >= next_progress:
@@ -546,7 +560,8 @@ class Runner:
                 elif self._deciding.done():
                     decision = self._take_decision()
                     if decision.switch:
-                        self._pause.set()
+                        if not self._live(decision.candidate):
+                            self._pause.set()
                         switch = decision
                         break
         except NodeFailedError as e:
@@ -557,12 +572,56 @@ class Runner:
         finally:
             if switch is None:
                 self._stop_event.set()
-            for t in threads:
-                t.join(JOIN_TIMEOUT_S)
+            if self._stop_event.is_set() or self._pause.is_set():
+                self._join_workers()
             self._pause.clear()
             if switch is None and self._deciding is not None:
                 self._take_decision(ended=True)
         return None if self._stop_event.is_set() else switch
+
+    def _start_workers(self) -> None:
+        """Starts a thread for each worker that has none (the caller holds the lock): all at a segment's
+        start after a pause, the new ranks at a live switch."""
+        if self._stop_event.is_set():
+            return
+        ranks = range(1) if self.sync else range(len(self._steps))
+        for rank in ranks:
+            if rank not in self._workers:
+                loop, args, name = ((self._sync_loop, (), "tfonline-sync") if self.sync
+                                    else (self._async_loop, (rank,), f"tfonline-worker-{rank}"))
+                thread = threading.Thread(target=self._guard, args=(loop, *args), name=name, daemon=True)
+                self._workers[rank] = thread
+                thread.start()
+
+    def _join_workers(self) -> None:
+        with self._lock:
+            workers = list(self._workers.values())
+        for thread in workers:
+            thread.join(JOIN_TIMEOUT_S)
+        with self._lock:
+            self._workers.clear()
+
+    def _live(self, new: dict[str, Any]) -> bool:
+        """Whether the switch to ``new`` happens with no global stop: each worker goes on to the new setting
+        at its own next iteration boundary, while the switch is made beside it.
+
+        Asynchronous jobs only (a synchronous step is a barrier anyway), with
+        the online techniques, and when no node restarts: a restarted node
+        stops every step that uses it, and what lived on a restarted ps is
+        read and restored by the driver, which needs no step to write it
+        meanwhile. Those switches pause the workers, each at its iteration's
+        end, and resume them together.
+        """
+        return (not self.sync and self.reconfig == "online"
+                and plan(self.space.knobs, self.setting, new, self.reconfig).technique != "none"
+                and not self._restarted_by(new))
+
+    def _settled(self, stepped: bool = False) -> bool:
+        """Whether every running worker takes its steps on the steps published last (no step runs on older
+        graphs); with ``stepped``, and one has completed on the current setting's graphs."""
+        with self._lock:
+            return (all(v == self._steps_version for v in self._on.values())
+                    and (self._stepped_in_generation or not stepped))
 
     def _wait(self, timeout_s: float) -> bool:
         """Waits for a stop, a decision or a segment's last iteration, at most ``timeout_s``; returns whether the job stops."""
@@ -596,7 +655,8 @@ class Runner:
             self._segment_goal = None  # until the decision is in
         self.repo.update("segments", (self.job_id, ended), values)
         self.repo.insert("segments", row)
-        if self._schedule is not None and self._schedule.upcoming() not in (None, self.setting):
+        upcoming = self._schedule.upcoming() if self._schedule is not None else None
+        if upcoming not in (None, self.setting) and not self._live(upcoming):
             # A schedule switches at its step: the workers stop now, and wait for the preparation if it is
             # still running (it started when the segment did).
             self._pause.set()
@@ -608,7 +668,8 @@ class Runner:
         decision = self.manager.on_segment_end(run)
         if decision.switch:
             self._prepare_ahead(decision.candidate)
-            self._pause.set()  # the workers stop at their next iteration's end
+            if not self._live(decision.candidate):
+                self._pause.set()  # the workers stop at their next iteration's end
         return decision, segment, old_phase
 
     def _take_decision(self, ended: bool = False) -> Decision:
@@ -647,14 +708,19 @@ class Runner:
             time.sleep(0.1)
 
     def _switch(self, new: dict[str, Any], how: Plan) -> None:
-        """Carries out a switch, watched (see :meth:`_watched`)."""
+        """Carries out a switch, watched (see :meth:`_watched`); the workers are paused, or, for a live
+        switch, still training on the old setting until it is published (:meth:`_publish`)."""
         if how.technique in ("restart", "checkpoint"):
             technique = self._reconfigure if how.technique == "restart" else self._checkpoint_restart
         else:
             technique = self._reopen_sessions if how.sessions_only else self._relocate
+        self._switch_started_step = self.step
+        self._observed = None
 
         def switch() -> None:
             if self._transition is not None:  # the last switch's moved variables: settled first
+                while not self._settled():  # a step from before the last switch is still running
+                    time.sleep(0.01)
                 self._finish_transition()
             technique(new, how)
 
@@ -708,45 +774,84 @@ class Runner:
         the same), and each worker's input iterator, which has a shared name
         on its server, reads on where it stopped. Nothing is moved.
         """
-        last_wall = self._last_wall()
         old = self.setting
         started = time.monotonic()
         prepared = self._take_prepared(new)
-        self._close_sessions()
-        self.setting = new
-        self._record_setting(new)
+        self._retire_sessions()
         if prepared is not None and prepared.steady.sessions:
             opened = prepared.steady
-            self._sessions, self._steps, self._apply = opened.sessions, opened.steps, opened.apply
+            self._sessions, steps, apply = opened.sessions, opened.steps, opened.apply
         else:
             self._sessions = [self._session(wg, new) for wg in self.graphs]
             for session, wg in zip(self._sessions, self.graphs):
                 _until_reachable(lambda: session.run(wg.probe_op))
-            self._steps, self._apply = self._make_steps(self._sessions, self.graphs)
+            steps, apply = self._make_steps(self._sessions, self.graphs)
+        last_wall = self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s by SSR: sessions reopened in %.2f s", short_form(old), short_form(new),
                     time.monotonic() - started)
-        self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, 0, last_wall)
 
-    def _last_wall(self) -> float:
-        """When the old setting's last iteration ended: a switch's cost is counted from there."""
-        return self._segment_points[-1][2] if self._segment_points else time.time()
+    def _publish(self, new: dict[str, Any], steps: list, apply) -> float:
+        """Makes ``new`` the job's setting, with the workers' ``steps``; returns when the old setting's last
+        iteration ended (a switch's cost is counted from there).
+
+        At once, under the lock: the old setting's segment ends and the new
+        one's starts, and every worker takes its next step on ``steps`` (a
+        live switch starts the threads of new workers; a worker the new
+        setting does not have ends at its next iteration boundary). A step
+        already running finishes on the old graphs and is counted for the
+        old setting. The old segment's points are kept for the tuner.
+        """
+        self._record_setting(new)
+        with self._lock:
+            last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
+            self._observed = self._segment_run() if self._segment_points and self.manager is not None else None
+            ended, values = self._end_segment()
+            self._late_as = (self.setting_id, self.segment)
+            self.setting = new
+            self._steps, self._apply = steps, apply
+            self._generation += 1
+            self._steps_version += 1
+            self._stepped_in_generation = False
+            self._opening = False
+            self._warmup = len(steps)
+            row = self._start_segment()
+            self._segment_goal = None
+            self._start_workers()  # a live switch's new workers; after a pause, all of them
+        self.repo.update("segments", (self.job_id, ended), values)
+        self.repo.insert("segments", row)
+        return last_wall
+
+    def _retire_sessions(self) -> None:
+        """Sets the workers' sessions aside: closed once no step runs on them (at once when the workers paused)."""
+        self._retired_sessions += self._sessions
+        self._sessions = []
+        if not self._workers:
+            self._close_sessions()
 
     def _count_batches_read(self) -> None:
-        """Moves the input position on by the batches read since the graphs were last opened (before they are opened again)."""
-        # An asynchronous iteration reads one batch; a synchronous one, one per worker.
-        self._input_position += (self.step - self._step_at_open) * (len(self.graphs) if self.sync else 1)
-        self._step_at_open = self.step
+        """Moves the input position on by the batches read since the input was last opened (before it is
+        opened again).
+
+        A live switch counts each running worker's step in flight as read
+        too; a step the old setting's workers start while the new input opens
+        reads a batch the new shards may read again (README, "Online
+        reconfiguration").
+        """
+        with self._lock:
+            self._input_position += self._read_in_generation + (0 if self.sync else len(self._on))
+            self._read_in_generation = 0
+            self._opening = True
+            self._counted_generation = self._generation
 
     def _reconfiguration_row(self, old, new, how: Plan, moved: int, last_wall: float) -> dict[str, Any]:
         return {"job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
                 "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
                 "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "last_wall": last_wall,
-                "parts": sorted(switch_parts(self.space, old, new))}
+                "started_step": self._switch_started_step, "parts": sorted(switch_parts(self.space, old, new))}
 
     def _checkpoint_restart(self, new: dict[str, Any], how: Plan) -> None:
         """The baseline, as existing systems switch: checkpoint, restart every node, rebuild, restore."""
-        last_wall = self._last_wall()
         old = self.setting
         if self._checkpoint_dir is None:
             self._checkpoint_dir = tempfile.mkdtemp(prefix="tfonline-checkpoint-")
@@ -757,8 +862,6 @@ class Runner:
         moved = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
         self._close_sessions()
         self._count_batches_read()
-        self.setting = new
-        self._record_setting(new)
         used = new["ps"] + new["worker"]
         threads = {node: _threads(new) if node < used else self.cluster.node_threads(node)
                    for node in range(self.cluster.node_count)}
@@ -767,11 +870,11 @@ class Runner:
         else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead
             self._reset_container()
         self._graphs_by_layout.clear()  # built anew, as a restarted job would
-        self._open(new, balanced_placement(self.partitions, new["ps"]))
+        steps, apply = self._open(new, balanced_placement(self.partitions, new["ps"]))
         with self.graphs[0].graph.as_default():
             self.graphs[0].saver.restore(self._sessions[0], path)
         shutil.rmtree(folder, ignore_errors=True)
-        self._warmup = len(self.graphs)
+        last_wall = self._publish(new, steps, apply)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
     def _reconfigure(self, new: dict[str, Any], how: Plan) -> None:
@@ -784,8 +887,6 @@ class Runner:
         skips its share of the batches the job has read so far, so the job
         reads on instead of seeing its first batches again.
         """
-        # The switch's cost runs from the old setting's last iteration to the new one's first.
-        last_wall = self._last_wall()
         old = self.setting
         marks = [("start", time.monotonic())]
         values = self._sessions[0].run(self.graphs[0].variables)
@@ -793,18 +894,17 @@ class Runner:
         moved = int(sum(getattr(v, "nbytes", 0) for v in values.values()))
         self._close_sessions()
         self._count_batches_read()
-        self.setting = new
-        self._record_setting(new)
         marks.append(("closed sessions", time.monotonic()))
         self.cluster.set_threads_of({node: _threads(new) for node in range(new["ps"] + new["worker"])})
         marks.append(("node restarts", time.monotonic()))
-        self._open(new, balanced_placement(self.partitions, new["ps"]))
+        steps, apply = self._open(new, balanced_placement(self.partitions, new["ps"]))
         marks.append(("new graphs and sessions", time.monotonic()))
         self._restore(values)
         marks.append(("restored variables", time.monotonic()))
+        # The switch's cost runs from the old setting's last iteration to the new one's first.
+        last_wall = self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s: %s", short_form(old), short_form(new), ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
-        self._warmup = len(self.graphs)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
     def _restore(self, values: dict[str, np.ndarray]) -> None:
@@ -829,7 +929,6 @@ class Runner:
         restored after. Each new worker skips its share of the batches read
         so far (TDR, in :meth:`_open`).
         """
-        last_wall = self._last_wall()
         old, old_chief = self.setting, self.graphs[0]
         marks = [("start", time.monotonic())]
         prepared = self._take_prepared(new) or self._prepare(new, how)
@@ -838,10 +937,8 @@ class Runner:
         on_restarted = {name: v for name, v in old_chief.variables.items() if _node_of(v.device) in restarted}
         values = self._sessions[0].run(on_restarted) if on_restarted else {}
         marks.append((f"read {len(values)} variables", time.monotonic()))
-        self._close_sessions()
+        self._retire_sessions()
         self._count_batches_read()
-        self.setting = new
-        self._record_setting(new)
         self.cluster.set_threads_of({node: _threads(new) for node in used})
         marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
         first = prepared.transition or prepared.steady
@@ -851,26 +948,27 @@ class Runner:
             self._restore(values)
             marks.append(("restored", time.monotonic()))
 
-        self._open(new, prepared.placement, carry, first if first.sessions else None, first.graphs)
+        steps, apply = self._open(new, prepared.placement, carry, first if first.sessions else None, first.graphs)
         marks.append(("input" + ("" if first.sessions else ", probe and steps"), time.monotonic()))
         if prepared.moves:
             self._transition = prepared
-            self._leader_stepped.clear()
+        last_wall = self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), how.technique, ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
-        self._warmup = len(self.graphs)
         moved = int(sum(v.nbytes for v in values.values())) + sum(m.nbytes for m in prepared.moves)
         self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
 
     def _finish_transition(self) -> None:
-        """After the transition graphs' first step: every moved variable lives at its new node.
+        """After the transition graphs' first step, once no step runs on the old setting's graphs: every
+        moved variable lives at its new node.
 
         Makes sure of it (the ensure op is a no-op when the first step
         created them all), moves the workers to the steady-state graphs,
         which have no conditional (each takes its new step at its next
-        iteration), and releases the old copies. A step still running on a
-        transition graph finds every variable created and never reads an old
-        copy, so releasing them now is safe; its session is closed later.
+        iteration), and releases the old copies and the creation locks. A
+        step still running on a transition graph finds every variable
+        created and never reads an old copy or takes a lock, so releasing
+        them now is safe; its session is closed once it has ended.
         """
         prepared, self._transition = self._transition, None
         self._sessions[0].run(self.graphs[0].ensure_op)
@@ -880,9 +978,12 @@ class Runner:
             steady.steps, steady.apply = self._make_steps(steady.sessions, steady.graphs)
         self._retired_sessions += self._sessions
         self.graphs, self._sessions = steady.graphs, steady.sessions
-        self._steps, self._apply = steady.steps, steady.apply
+        with self._lock:
+            self._steps, self._apply = steady.steps, steady.apply
+            self._steps_version += 1
         graph, op = _graph.build_release_graph(prepared.moves, self.container)
-        nodes = {_node_of(m.source) for m in prepared.moves} | {self.graphs[0].worker_node}
+        nodes = {_node_of(m.source) for m in prepared.moves} | {_node_of(m.destination) for m in prepared.moves}
+        nodes.add(self.graphs[0].worker_node)
         config = tf.compat.v1.ConfigProto(device_filters=[f"/job:node/task:{n}" for n in sorted(nodes)])
         with tf.compat.v1.Session(self.cluster.target(self.graphs[0].worker_node), graph=graph,
                                   config=config) as session:
@@ -892,10 +993,12 @@ class Runner:
     def _record_reconfiguration_cost(self) -> None:
         """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
         with self._lock:
-            first = self._segment_points[0][2] if self._segment_points else None
+            first_step, _, first = self._segment_points[0] if self._segment_points else (None, None, None)
         if first is None:
             return
         pending, self._pending_reconfiguration = self._pending_reconfiguration, None
+        # Iterations the old setting's workers completed while the switch was made: 0 when they paused.
+        pending["iterations_during"] = first_step - 1 - pending.pop("started_step")
         cost = first - pending.pop("last_wall")
         self.manager.record_cost(pending.pop("parts"), cost)
         self.repo.insert("reconfigurations", dict(pending, cost_s=cost, wall_time=time.time()), replace=True)
@@ -922,28 +1025,39 @@ class Runner:
         )
 
     def _async_loop(self, rank: int) -> None:
-        if rank > 0:
-            # After a switch that moves variables, worker 0's first step creates them; the others wait for
-            # it, so that two first steps never both create one (the second would undo the first's update).
-            while not (self._leader_stepped.wait(0.05) or self._stop_event.is_set() or self._pause.is_set()):
-                pass
-        while not (self._stop_event.is_set() or self._pause.is_set()):
-            started = time.perf_counter()
-            loss, _ = run_retrying_aborts(self._steps[rank])  # read each time: a transition ends between steps
-            if rank == 0:
-                self._leader_stepped.set()
-            self._record_iteration(rank, time.perf_counter() - started, float(loss))
+        """Worker ``rank``'s iterations, each on the steps published last: a switch reaches it at its next
+        iteration boundary, and a worker the new setting does not have ends there."""
+        try:
+            while not (self._stop_event.is_set() or self._pause.is_set()):
+                with self._lock:
+                    if rank >= len(self._steps):
+                        self._workers.pop(rank, None)
+                        return
+                    step, generation = self._steps[rank], self._generation
+                    self._on[rank] = self._steps_version
+                started = time.perf_counter()
+                loss, _ = run_retrying_aborts(step)
+                self._record_iteration(rank, time.perf_counter() - started, float(loss), generation)
+        finally:
+            with self._lock:
+                self._on.pop(rank, None)
 
     def _sync_loop(self) -> None:
         with ThreadPoolExecutor(len(self._steps), thread_name_prefix="tfonline-sync-worker") as pool:
-            while not (self._stop_event.is_set() or self._pause.is_set()):
-                started = time.perf_counter()
-                steps, apply = self._steps, self._apply  # read each time: a transition ends between steps
-                futures = [pool.submit(step) for step in steps]
-                losses = [float(f.result()[0]) for f in futures]
-                apply()
-                self._leader_stepped.set()
-                self._record_iteration(None, time.perf_counter() - started, sum(losses) / len(losses))
+            try:
+                while not (self._stop_event.is_set() or self._pause.is_set()):
+                    with self._lock:
+                        steps, apply, generation = self._steps, self._apply, self._generation
+                        self._on[0] = self._steps_version
+                    started = time.perf_counter()
+                    futures = [pool.submit(step) for step in steps]
+                    losses = [float(f.result()[0]) for f in futures]
+                    apply()
+                    self._record_iteration(None, time.perf_counter() - started, sum(losses) / len(losses),
+                                           generation)
+            finally:
+                with self._lock:
+                    self._on.pop(0, None)
 
     def _request_stop(self, stop: _Stop) -> None:
         with self._lock:
@@ -952,7 +1066,9 @@ class Runner:
         self._stop_event.set()
         self._wake.set()
 
-    def _record_iteration(self, worker: int | None, exec_time_s: float, loss: float) -> None:
+    def _record_iteration(self, worker: int | None, exec_time_s: float, loss: float, generation: int) -> None:
+        """Counts and records one iteration (a push) of the setting ``generation``; a late one, which ended
+        after a live switch, is the old setting's: it is recorded as such and not timed in a segment."""
         with self._lock:
             if self._stop_event.is_set():
                 return  # an iteration that finished after the stop is not counted
@@ -964,12 +1080,20 @@ class Runner:
             if self.first_iteration_at is None:
                 self.first_iteration_at = now
             smoothed = self.smoothed.add(loss)
-            self._segment_points.append((self.step, loss, now))
-            if self._segment_goal is not None and len(self._segment_points) >= self._segment_goal:
-                self._wake.set()
+            late = generation != self._generation
+            if not (self._opening or late and generation == self._counted_generation):  # (else counted already)
+                self._read_in_generation += len(self._steps) if self.sync else 1
+            if late:
+                setting_id, segment = self._late_as
+            else:
+                setting_id, segment = self.setting_id, self.segment
+                self._stepped_in_generation = True
+                self._segment_points.append((self.step, loss, now))
+                if self._segment_goal is not None and len(self._segment_points) >= self._segment_goal:
+                    self._wake.set()
             self.repo.insert("iterations", {
-                "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": self.setting_id,
-                "segment": self.segment, "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed,
+                "job_id": self.job_id, "step": self.step, "worker": worker, "setting_id": setting_id,
+                "segment": segment, "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed,
                 "wall_time": now,
             })
             if self.smoothed.ready and smoothed <= self.job.target_loss:

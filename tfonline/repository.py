@@ -30,7 +30,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 
 _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
@@ -124,6 +124,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "actions": str,  # JSON list, in words (tfonline.reconfig.Plan.actions)
             "cost_s": float,
             "bytes_moved": int,
+            "iterations_during": int,  # completed under the old setting while the switch was made (v3)
             "wall_time": float,
         },
         ("job_id", "step"),

@@ -27,10 +27,9 @@ change needs them and recorded as, e.g., ``"odmr+tdr"``:
   there, and every later one is a normal update. Once every moved variable
   lives at its new node, each worker goes on to the steady-state graphs
   (no conditional) at its next iteration and the old copies are released.
-  In async mode worker 0 takes the first step alone, so no two first
-  steps create one variable twice (the second would undo the first's
-  update); in sync mode the workers' first steps all create from the same
-  old value before any update, so racing creations are harmless.
+  Each destination node's check-and-create runs under a lock on that node
+  (TensorFlow's ``MutexLock``), so exactly one first step creates each
+  variable: a second creation would undo the first step's update.
 - **TDR** (I-a, and a ps change, which moves the workers to other nodes).
   The input is re-sharded over the new workers. The guarantee, with
   ``input_fn(shard, num_shards)`` cutting the data round-robin (shard i
@@ -40,10 +39,28 @@ change needs them and recorded as, e.g., ``"odmr+tdr"``:
   in sync mode, no batch is read twice and at most n − 1 of them are
   passed over; the workers' shards never overlap. In async mode the same
   holds when the workers ran at the same pace; a worker that ran ahead of
-  the others may see up to its lead again. For a streaming dataset (one that is
-  not indexed, e.g. generated or read from a queue), the shards stay
-  disjoint but the position is the same approximation: batches are
-  counted, not identified.
+  the others may see up to its lead again, and so may the batches the old
+  workers read while a live switch opens the new input (below). For a
+  streaming dataset (one that is not indexed, e.g. generated or read from
+  a queue), the shards stay disjoint but the position is the same
+  approximation: batches are counted, not identified.
+
+**No global stop in async mode.** An asynchronous job's switch is *live*
+when no node restarts: the switch is prepared and made beside the
+workers, which go on training on the old setting; then the new steps are
+published at once, and each worker takes its next iteration on them (a
+worker the new setting drops ends there, a new one starts). A step that
+was running finishes on the old graphs and is counted for the old
+setting (``reconfigurations.iterations_during`` counts the iterations
+trained while the switch was made). The price, documented and tested
+(tests/test_reconfig.py, the counter model): such a step's push to a
+partition that moved may land on the old copy after the new one was
+created from it, and is lost, so a switch loses at most one push per old
+worker for each partition it moves, and never counts one twice. A switch
+that restarts nodes (thread knobs) and every switch of a synchronous job
+still pauses the workers, each at its iteration's end: a restarted node
+stops the steps that use it anyway, and what lived on a restarted ps is
+read and restored by the driver, which needs no step writing it meanwhile.
 
 ``run(reconfig="restart")`` makes every switch read every variable, open the
 new layout's graphs, initialise and restore everything.
@@ -52,9 +69,6 @@ the online techniques are measured against: save a checkpoint with
 ``tf.compat.v1.train.Saver``, restart every node, build the graphs and
 sessions anew, restore the checkpoint, resume.
 
-Not built yet: in async mode the workers still stop together at a switch
-(each at its own iteration's end) and resume together on the new graphs;
-the paper lets each worker switch at its own boundary with no global stop.
 """
 
 from __future__ import annotations
