@@ -23,7 +23,8 @@ checkpoint runs get a cluster of their own without a fork server).
 
 It prints each switch's measured cost (wall time from the last iteration
 under the old setting to the first under the new one), technique and bytes
-moved for both techniques, then the ratios checkpoint/online of the median
+moved for both techniques, and the iterations trained while an online
+switch was made (live switches: no global stop, see tfonline.reconfig), then the ratios checkpoint/online of the median
 and of the total cost.
 """
 
@@ -65,7 +66,8 @@ EVERY = {"logr": 150, "cnn": 40}
 
 def switches(db: str, job_id: str) -> list[dict]:
     repo = Repository(db, create=False)
-    rows = list(repo.rows("SELECT step, technique, cost_s, bytes_moved FROM reconfigurations WHERE job_id = ? "
+    rows = list(repo.rows("SELECT step, technique, cost_s, bytes_moved, iterations_during FROM reconfigurations "
+                          "WHERE job_id = ? "
                           "ORDER BY step", (job_id,)))
     repo.close()
     return rows
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
                 online, checkpoint = made["online"], made["checkpoint"]
                 for i, (a, b) in enumerate(zip(online, checkpoint)):
                     print(f"  {i + 1:>2} {str(SEQUENCE[i]):<58} {a['technique']:<13} {a['cost_s']:6.3f} s "
-                          f"{a['bytes_moved'] / 2**20:6.2f} MiB | checkpoint {b['cost_s']:6.3f} s "
+                          f"{a['bytes_moved'] / 2**20:6.2f} MiB {a['iterations_during']:>3} it during | checkpoint {b['cost_s']:6.3f} s "
                           f"{b['bytes_moved'] / 2**20:6.2f} MiB | {b['cost_s'] / a['cost_s']:5.1f}x")
                 medians = [statistics.median(r["cost_s"] for r in rows) for rows in (online, checkpoint)]
                 totals = [sum(r["cost_s"] for r in rows) for rows in (online, checkpoint)]

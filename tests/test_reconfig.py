@@ -80,16 +80,17 @@ def test_session_knob_switches_reopen_sessions_and_keep_model_and_data(both):
     conn = sqlite3.connect(db)
     for how, result in runs.items():
         assert result.status == "converged", result.stop_reason
-        switches = conn.execute("select step, types, technique, actions, bytes_moved, cost_s from reconfigurations "
-                                "where job_id = ? order by step", (result.job_id,)).fetchall()
+        switches = conn.execute("select step, types, technique, actions, bytes_moved, cost_s, iterations_during "
+                                "from reconfigurations where job_id = ? order by step", (result.job_id,)).fetchall()
         assert len(switches) >= 3  # the random settings
-        for step, types, technique, actions, moved, cost in switches:
-            assert types == "II" and cost > 0
-            if how == "online":
-                assert technique == "ssr" and moved == 0
+        for step, types, technique, actions, moved, cost, during in switches:
+            assert types == "II"
+            if how == "online":  # live: the worker trains on while the new sessions open, so it may cost nothing
+                assert technique == "ssr" and moved == 0 and cost >= 0 and during >= 0
                 assert json.loads(actions) == ["reopen sessions with the new ConfigProto"]
-            else:
+            else:  # the worker pauses
                 assert technique == "restart" and moved > 0 and "restore variables" in json.loads(actions)
+                assert cost > 0 and during == 0
             before, after = (conn.execute("select avg(loss) from iterations where job_id = ? and step between ? and ?",
                                           (result.job_id, a, b)).fetchone()[0] for a, b in
                              ((step - 9, step), (step + 1, step + 10)))

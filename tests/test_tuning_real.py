@@ -70,7 +70,7 @@ def test_a_switch_keeps_the_model_and_records_its_cost(tuned):
         # Threads are pinned here: a switch of session knobs only (type II) is SSR and moves nothing; a ps
         # change is ODMR, and any layout change re-shards the input (TDR).
         parts = technique.split("+")
-        assert cost > 0 and set(parts) <= {"odmr", "tdr", "ssr"}
+        assert cost >= 0 and set(parts) <= {"odmr", "tdr", "ssr"}  # a live switch may cost nothing
         assert ("odmr" in parts) == ("I-b" in types) and ("tdr" in parts) == bool({"I-a", "I-b"} & set(types.split("+")))
         assert ("ssr" in parts) == ("II" in types.split("+"))
         if technique == "ssr":

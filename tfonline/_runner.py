@@ -55,8 +55,9 @@ from tfonline.setting import (
 )
 from tfonline.tuner import Tuning
 from tfonline.reconfig import Plan, plan
+from tfonline.reconfig.cost import switch_cost
 from tfonline.reconfig.schedule import Schedule
-from tfonline.tuner.manager import Decision, SegmentRun
+from tfonline.tuner.manager import Decision, SegmentRun, per_iteration_time
 from tfonline.tuner.space import switch_parts
 
 logger = logging.getLogger("tfonline")
@@ -201,6 +202,8 @@ class Runner:
         self._stepped_in_generation = True  # a step has completed on the current setting's graphs
         self._late_as: tuple[str, int] | None = None  # the previous setting's id and segment, for late steps
         self._observed: SegmentRun | None = None  # the old setting's last points, for the tuner after a switch
+        self._switch_points: list[tuple[int, float, float]] = []  # the current setting's first, to time a switch
+        self._switch_points_goal = 0
         self._retired_sessions: list = []  # a transition's sessions: closed at the next switch or the end
         self._opened_sessions: list = []  # every training session the job opened
         self.session_configs: list[tuple[int, Any]] = []
@@ -495,8 +498,8 @@ class Runner:
                         if upcoming is not None and upcoming() is not None:
                             self._tuner.submit(self._prepare_ahead, upcoming())
                     switch = self._run_segment()
-                    if self._pending_reconfiguration is not None:  # a switch just before the job's end
-                        self._record_reconfiguration_cost()
+                    if self._pending_reconfiguration is not None:  # the job ends, or the next switch comes, first
+                        self._record_reconfiguration_cost(ended=True)
                     if switch is None:
                         self._record_segment_end()
                         break
@@ -714,7 +717,10 @@ class Runner:
             technique = self._reconfigure if how.technique == "restart" else self._checkpoint_restart
         else:
             technique = self._reopen_sessions if how.sessions_only else self._relocate
-        self._switch_started_step = self.step
+        with self._lock:  # where the switch's cost is counted from (see _record_reconfiguration_cost)
+            walls = [wall for _, _, wall in self._segment_points]
+            self._switch_from = (self.step, walls[-1] if walls else time.time(),
+                                 per_iteration_time(np.array(walls), min(self._warmup, max(len(walls) - 3, 0))))
         self._observed = None
 
         def switch() -> None:
@@ -786,14 +792,13 @@ class Runner:
             for session, wg in zip(self._sessions, self.graphs):
                 _until_reachable(lambda: session.run(wg.probe_op))
             steps, apply = self._make_steps(self._sessions, self.graphs)
-        last_wall = self._publish(new, steps, apply)
+        self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s by SSR: sessions reopened in %.2f s", short_form(old), short_form(new),
                     time.monotonic() - started)
-        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, 0, last_wall)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, 0)
 
-    def _publish(self, new: dict[str, Any], steps: list, apply) -> float:
-        """Makes ``new`` the job's setting, with the workers' ``steps``; returns when the old setting's last
-        iteration ended (a switch's cost is counted from there).
+    def _publish(self, new: dict[str, Any], steps: list, apply) -> None:
+        """Makes ``new`` the job's setting, with the workers' ``steps``.
 
         At once, under the lock: the old setting's segment ends and the new
         one's starts, and every worker takes its next step on ``steps`` (a
@@ -804,7 +809,6 @@ class Runner:
         """
         self._record_setting(new)
         with self._lock:
-            last_wall = self._segment_points[-1][2] if self._segment_points else time.time()
             self._observed = self._segment_run() if self._segment_points and self.manager is not None else None
             ended, values = self._end_segment()
             self._late_as = (self.setting_id, self.segment)
@@ -813,6 +817,8 @@ class Runner:
             self._generation += 1
             self._steps_version += 1
             self._stepped_in_generation = False
+            self._switch_points = []
+            self._switch_points_goal = 4 * (1 if self.sync else len(steps)) + 1  # see _record_reconfiguration_cost
             self._opening = False
             self._warmup = len(steps)
             row = self._start_segment()
@@ -820,7 +826,6 @@ class Runner:
             self._start_workers()  # a live switch's new workers; after a pause, all of them
         self.repo.update("segments", (self.job_id, ended), values)
         self.repo.insert("segments", row)
-        return last_wall
 
     def _retire_sessions(self) -> None:
         """Sets the workers' sessions aside: closed once no step runs on them (at once when the workers paused)."""
@@ -844,11 +849,11 @@ class Runner:
             self._opening = True
             self._counted_generation = self._generation
 
-    def _reconfiguration_row(self, old, new, how: Plan, moved: int, last_wall: float) -> dict[str, Any]:
+    def _reconfiguration_row(self, old, new, how: Plan, moved: int) -> dict[str, Any]:
         return {"job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
                 "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
-                "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "last_wall": last_wall,
-                "started_step": self._switch_started_step, "parts": sorted(switch_parts(self.space, old, new))}
+                "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "from": self._switch_from,
+                "workers": 1 if self.sync else new["worker"], "parts": sorted(switch_parts(self.space, old, new))}
 
     def _checkpoint_restart(self, new: dict[str, Any], how: Plan) -> None:
         """The baseline, as existing systems switch: checkpoint, restart every node, rebuild, restore."""
@@ -874,8 +879,8 @@ class Runner:
         with self.graphs[0].graph.as_default():
             self.graphs[0].saver.restore(self._sessions[0], path)
         shutil.rmtree(folder, ignore_errors=True)
-        last_wall = self._publish(new, steps, apply)
-        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
+        self._publish(new, steps, apply)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved)
 
     def _reconfigure(self, new: dict[str, Any], how: Plan) -> None:
         """The restart technique: read every variable, open sessions on the new setting's graphs
@@ -902,10 +907,10 @@ class Runner:
         self._restore(values)
         marks.append(("restored variables", time.monotonic()))
         # The switch's cost runs from the old setting's last iteration to the new one's first.
-        last_wall = self._publish(new, steps, apply)
+        self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s: %s", short_form(old), short_form(new), ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
-        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved)
 
     def _restore(self, values: dict[str, np.ndarray]) -> None:
         """Assigns values read by the driver to the variables of the current graphs."""
@@ -952,11 +957,11 @@ class Runner:
         marks.append(("input" + ("" if first.sessions else ", probe and steps"), time.monotonic()))
         if prepared.moves:
             self._transition = prepared
-        last_wall = self._publish(new, steps, apply)
+        self._publish(new, steps, apply)
         logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), how.technique, ", ".join(
             f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
         moved = int(sum(v.nbytes for v in values.values())) + sum(m.nbytes for m in prepared.moves)
-        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved, last_wall)
+        self._pending_reconfiguration = self._reconfiguration_row(old, new, how, moved)
 
     def _finish_transition(self) -> None:
         """After the transition graphs' first step, once no step runs on the old setting's graphs: every
@@ -990,18 +995,25 @@ class Runner:
             session.run(op)
         logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
 
-    def _record_reconfiguration_cost(self) -> None:
-        """Once the new setting's first iteration is in: cost = its wall time − the old setting's last."""
+    def _record_reconfiguration_cost(self, ended: bool = False) -> None:
+        """Records the last switch's cost (:func:`switch_cost`) once the new setting's first iterations
+        are in: each worker's first, then up to 3 rounds to time the new pace (fewer when the job ``ended``
+        or the next switch comes first)."""
+        pending = self._pending_reconfiguration
+        n = pending["workers"]
         with self._lock:
-            first_step, _, first = self._segment_points[0] if self._segment_points else (None, None, None)
-        if first is None:
+            points = list(self._switch_points[:4 * n + 1])
+        if len(points) < 4 * n + 1 and not ended:
             return
-        pending, self._pending_reconfiguration = self._pending_reconfiguration, None
-        # Iterations the old setting's workers completed while the switch was made: 0 when they paused.
-        pending["iterations_during"] = first_step - 1 - pending.pop("started_step")
-        cost = first - pending.pop("last_wall")
-        self.manager.record_cost(pending.pop("parts"), cost)
-        self.repo.insert("reconfigurations", dict(pending, cost_s=cost, wall_time=time.time()), replace=True)
+        self._pending_reconfiguration = None
+        del pending["workers"]
+        origin, parts = pending.pop("from"), pending.pop("parts")
+        cost = during = None  # the job ended before the new setting's first iteration: no cost measured
+        if points:
+            cost, during = switch_cost(points, n, *origin)
+            self.manager.record_cost(parts, cost)
+        self.repo.insert("reconfigurations", dict(pending, cost_s=cost, iterations_during=during,
+                                                  wall_time=time.time()), replace=True)
 
     def _guard(self, loop, *args) -> None:
         try:
@@ -1089,6 +1101,8 @@ class Runner:
                 setting_id, segment = self.setting_id, self.segment
                 self._stepped_in_generation = True
                 self._segment_points.append((self.step, loss, now))
+                if len(self._switch_points) < self._switch_points_goal:
+                    self._switch_points.append((self.step, loss, now))
                 if self._segment_goal is not None and len(self._segment_points) >= self._segment_goal:
                     self._wake.set()
             self.repo.insert("iterations", {
