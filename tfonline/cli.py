@@ -1,6 +1,7 @@
 """The ``tfonline`` command.
 
-    tfonline report DB [--job NAME]
+    tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--compare JOB ...]
+    tfonline upgrade DB
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N]
 
@@ -21,14 +22,50 @@ from tfonline.exceptions import ConfigurationError, TfOnlineError
 
 
 def _report(args) -> int:
-    from tfonline.report import report_text
+    import json as _json
+
+    from tfonline.report import compare, compare_text, no_jobs_message, report_json, report_text
     from tfonline.repository import Repository
 
     repo = Repository(args.db, create=False)
     try:
-        print(report_text(repo, args.job))
+        comparison = compare(repo, args.compare) if args.compare else None
+        if args.format == "json":
+            report = report_json(repo, args.job)
+            if comparison is not None:
+                report["comparison"] = comparison
+            print(_json.dumps(report, indent=2))
+        elif comparison is not None:
+            print(compare_text(comparison))
+        else:
+            print(report_text(repo, args.job))
+        if args.html or args.plots:
+            from tfonline.report import collect
+            from tfonline.report.html import page
+            from tfonline.report.plots import draw
+
+            reports = [collect(repo, job) for job in repo.jobs(args.job)]
+            if args.plots:
+                for r in reports:
+                    draw(repo, r, args.plots)
+                print(f"plots: {len(reports) * 4} PNG files in {args.plots}" if reports
+                      else f"plots: none, {no_jobs_message(repo, args.job)}", file=sys.stderr)
+            if args.html:
+                with open(args.html, "w", encoding="utf-8") as f:
+                    f.write(page(repo, reports, comparison))
+                print(f"html: {args.html}", file=sys.stderr)
     finally:
         repo.db.conn.close()
+    return 0
+
+
+def _upgrade(args) -> int:
+    from tfonline.repository import Repository
+
+    if not os.path.exists(args.db):
+        raise ConfigurationError(f"db must be an existing tfonline repository, got {args.db!r}: no such file")
+    Repository(args.db, create=True).close()
+    print(f"{args.db}: upgraded in place to this tfonline's schema")
     return 0
 
 
@@ -78,7 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="what happened to the jobs in a repository")
     report.add_argument("db", help="the SQLite repository a job wrote")
     report.add_argument("--job", help="only the jobs with this name (or this job id)")
+    report.add_argument("--format", choices=("text", "json"), default="text",
+                        help="text (default) or json (schema: tfonline.report.JSON_SCHEMA)")
+    report.add_argument("--html", metavar="OUT.html", help="also write one self-contained page with tables and plots")
+    report.add_argument("--plots", metavar="DIR", help="also draw each job's plots as PNG files into DIR")
+    report.add_argument("--compare", nargs="+", metavar="JOB",
+                        help="completion times of these jobs (ids or names) side by side, with ratios to the first")
     report.set_defaults(func=_report)
+    upgrade = sub.add_parser("upgrade", help="upgrade a repository written by an older tfonline in place")
+    upgrade.add_argument("db", help="the SQLite repository")
+    upgrade.set_defaults(func=_upgrade)
     quality = sub.add_parser("estimate-quality", help="rank and error of the progress estimators on fixed-setting runs")
     quality.add_argument("db", help="a repository with several converged runs of one job")
     quality.add_argument("--job", required=True, help="the job name whose runs to compare")

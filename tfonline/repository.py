@@ -237,9 +237,11 @@ class Repository:
             raise RepositoryError(f"db must be a tfonline repository, got {self.path!r}: it has no tfonline schema")
         version = self._stored_version()
         if version != SCHEMA_VERSION:
+            upgrade = "; 'tfonline upgrade DB' upgrades it in place" if MIGRATES_FROM <= version < SCHEMA_VERSION else ""
             raise RepositoryError(
                 f"db has tfonline schema version {version}, this tfonline reads version {SCHEMA_VERSION}: "
                 f"{self.path!r} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} tfonline"
+                + upgrade
             )
         return version
 

@@ -1,0 +1,129 @@
+"""The report's figures, as PNG files (matplotlib, no display needed).
+
+For each job: loss against wall time, with the end of the initial phases
+as a dotted vertical line and a marker at every reconfiguration (the
+paper's Fig. 6); loss against iterations (Fig. 7); wall time per iteration
+in each segment; and the estimated remaining time against the actual one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tfonline.repository import Repository  # noqa: E402
+
+WIDTH_PX, HEIGHT_PX, DPI = 800, 450, 100
+PLOTS = ("loss-time", "loss-iterations", "iteration-time", "eta")
+
+
+def series(repo: Repository, job_id: str) -> dict[str, Any]:
+    """The per-iteration and per-estimate series the figures draw."""
+    rows = list(repo.rows("select step, wall_time, loss, smoothed_loss, segment from iterations where job_id = ? "
+                          "order by step", (job_id,)))
+    estimates = list(repo.rows("select step, wall_time, remaining_s from estimates where job_id = ? "
+                               "and remaining_s is not null order by wall_time", (job_id,)))
+    moves = list(repo.rows("select r.step, r.technique, i.wall_time from reconfigurations r left join iterations i "
+                           "on i.job_id = r.job_id and i.step = r.step where r.job_id = ? order by r.step", (job_id,)))
+    online = next(repo.rows("select min(wall_time) as w, min(start_step) as s from phases where job_id = ? "
+                            "and phase = 'online'", (job_id,)))
+    return {"iterations": rows, "estimates": estimates, "reconfigurations": moves, "online": online}
+
+
+def _figure(title: str):
+    fig, ax = plt.subplots(figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _save(fig, path: str) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+    return path
+
+
+def _empty(ax, why: str) -> None:
+    ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4")
+
+
+def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str]:
+    """Draws one job's figures into ``folder``; returns their paths by name (:data:`PLOTS`)."""
+    os.makedirs(folder, exist_ok=True)
+    data = series(repo, report["id"])
+    its = data["iterations"]
+    t0 = report["started_at"]
+    paths = {}
+    base = os.path.join(folder, report["id"])
+
+    fig, ax = _figure(f"{report['name']}: loss against wall time")
+    if its:
+        ax.plot([r["wall_time"] - t0 for r in its], [r["loss"] for r in its], color="C0", lw=0.6, alpha=0.35,
+                label="loss")
+        ax.plot([r["wall_time"] - t0 for r in its], [r["smoothed_loss"] for r in its], color="C0", lw=1.8,
+                label="smoothed loss")
+        if data["online"]["w"] is not None:
+            ax.axvline(data["online"]["w"] - t0, color="0.2", ls=":", lw=1.5, label="initial phases end")
+        marks = [m for m in data["reconfigurations"] if m["wall_time"] is not None]
+        if marks:
+            by_step = {r["step"]: r["smoothed_loss"] for r in its}
+            ax.plot([m["wall_time"] - t0 for m in marks], [by_step.get(m["step"], float("nan")) for m in marks], "v", color="C3",
+                    ms=7, label="reconfiguration")
+        ax.axhline(report["target_loss"], color="C2", ls="--", lw=1, label="target")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "no iterations")
+    ax.set_xlabel("wall time since run() (s)")
+    ax.set_ylabel("loss")
+    paths["loss-time"] = _save(fig, f"{base}-loss-time.png")
+
+    fig, ax = _figure(f"{report['name']}: loss against iterations")
+    if its:
+        ax.plot([r["step"] for r in its], [r["loss"] for r in its], color="C0", lw=0.6, alpha=0.35, label="loss")
+        ax.plot([r["step"] for r in its], [r["smoothed_loss"] for r in its], color="C0", lw=1.8,
+                label="smoothed loss")
+        if data["online"]["s"] is not None:
+            ax.axvline(data["online"]["s"], color="0.2", ls=":", lw=1.5, label="initial phases end")
+        ax.axhline(report["target_loss"], color="C2", ls="--", lw=1, label="target")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "no iterations")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss")
+    paths["loss-iterations"] = _save(fig, f"{base}-loss-iterations.png")
+
+    fig, ax = _figure(f"{report['name']}: wall time per iteration, by segment")
+    timed = [s for s in report["segments"] if s["wall_time_per_iteration_s"] is not None]
+    if timed:
+        ax.bar([s["segment"] for s in timed], [s["wall_time_per_iteration_s"] for s in timed], color="C0")
+        ax.set_xticks([s["segment"] for s in timed])
+        ax.tick_params(axis="x", labelsize=7)
+    else:
+        _empty(ax, "no segment with two iterations")
+    ax.set_xlabel("segment")
+    ax.set_ylabel("s per iteration")
+    paths["iteration-time"] = _save(fig, f"{base}-iteration-time.png")
+
+    fig, ax = _figure(f"{report['name']}: estimated and actual remaining time")
+    end = its[-1]["wall_time"] if its else None
+    if data["estimates"] and report["status"] == "converged":
+        xs = [e["wall_time"] - t0 for e in data["estimates"]]
+        ax.plot(xs, [e["remaining_s"] for e in data["estimates"]], color="C1", lw=1.5, label="estimated")
+        ax.plot(xs, [end - e["wall_time"] for e in data["estimates"]], color="C0", lw=1.5, label="actual")
+        ax.legend(fontsize=8)
+    elif data["estimates"]:
+        xs = [e["wall_time"] - t0 for e in data["estimates"]]
+        ax.plot(xs, [e["remaining_s"] for e in data["estimates"]], color="C1", lw=1.5, label="estimated")
+        ax.legend(fontsize=8, title="not converged: actual unknown")
+    else:
+        _empty(ax, "no estimates recorded")
+    ax.set_xlabel("wall time since run() (s)")
+    ax.set_ylabel("remaining time (s)")
+    paths["eta"] = _save(fig, f"{base}-eta.png")
+    return paths
