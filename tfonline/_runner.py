@@ -54,6 +54,7 @@ from tfonline.setting import (
     short_form,
 )
 from tfonline.tuner import Tuning
+from tfonline.progress import Status, Ticker, make_view
 from tfonline.reconfig import Plan, plan
 from tfonline.reconfig.cost import switch_cost
 from tfonline.reconfig.schedule import Schedule
@@ -62,7 +63,6 @@ from tfonline.tuner.space import switch_parts
 
 logger = logging.getLogger("tfonline")
 
-PROGRESS_INTERVAL_S = 5.0
 JOIN_TIMEOUT_S = 30.0
 CLEANUP_TIMEOUT_S = 5.0
 ESTIMATE_INTERVAL_S = 1.0
@@ -204,6 +204,7 @@ class Runner:
         self._observed: SegmentRun | None = None  # the old setting's last points, for the tuner after a switch
         self._switch_points: list[tuple[int, float, float]] = []  # the current setting's first, to time a switch
         self._switch_points_goal = 0
+        self._ticker = Ticker(None)  # the progress display (tfonline.progress), once training starts
         self._retired_sessions: list = []  # a transition's sessions: closed at the next switch or the end
         self._opened_sessions: list = []  # every training session the job opened
         self.session_configs: list[tuple[int, Any]] = []
@@ -268,11 +269,14 @@ class Runner:
                             self.space, setting, self.job, self.repo, self.seed)
                         self.phase = self.manager.phase
                         self._record_phase(self.phase)
+                    self._ticker = Ticker(make_view(self.quiet))
                     status, reason = self._train()
                 except KeyboardInterrupt:
                     status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
                     raise
                 finally:
+                    if self._ticker.view is not None:  # the last status, and a terminal left as it was
+                        self._ticker.view.close(self._status())
                     self._take_prepared(None)
                     self._close_sessions()
                     _close_all(self._opened_sessions)  # prepared, transition, and any a failed switch left
@@ -519,8 +523,6 @@ class Runner:
                 stop = _Stop("failed", str(dead), dead)
         if stop.error is not None:
             raise stop
-        if not self.quiet:
-            self._progress()
         return stop.status, stop.reason
 
     def _run_segment(self) -> Decision | None:
@@ -534,7 +536,6 @@ class Runner:
         """
         with self._lock:
             self._start_workers()
-        next_progress = time.monotonic() + PROGRESS_INTERVAL_S
         switch = None
         try:
             while not self._wait(0.2):
@@ -552,9 +553,8 @@ class Runner:
                     _close_all(retired)
                 if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
                     self._estimate()
-                if not self.quiet and time.monotonic() >= next_progress:
-                    self._progress()
-                    next_progress += PROGRESS_INTERVAL_S
+                if self._ticker.due():
+                    self._ticker.view.update(self._status())
                 if self.manager is None:
                     continue
                 if self._deciding is None:
@@ -1145,21 +1145,16 @@ class Runner:
             "remaining_iterations": remaining, "remaining_s": remaining_s, "wall_time": time.time(),
         }, replace=True)
 
-    def _eta(self) -> str:
+    def _status(self) -> Status:
+        """What the progress display shows now."""
+        with self._lock:
+            recent = self._segment_points[-50:]
+            step, loss = self.step, self.smoothed.value if self.smoothed.count else None
+        pace = (recent[-1][2] - recent[0][2]) / (len(recent) - 1) if len(recent) > 1 else None
         remaining, remaining_s, reason = self.last_estimate
-        if remaining_s is None:
-            return f"ETA unknown ({reason})"
-        return f"ETA {remaining_s:.0f} s ({remaining:.0f} it, {self.estimator.name})"
-
-    def _progress(self) -> None:
-        elapsed = time.monotonic() - self._t0
-        rate = self.step / max(elapsed, 1e-9)
-        print(
-            f"[tfonline] {self.job.name} step {self.step}  loss {self.smoothed.value:.4g} "
-            f"(target {self.job.target_loss:g})  {rate:.1f} it/s  {short_form(self.setting)}"
-            + (f"  {self._eta()}" if self.estimator is not None else ""),
-            flush=True,
-        )
+        return Status(self.job.name, step, loss, float(self.job.target_loss), short_form(self.setting), self.phase,
+                      pace, remaining_s, remaining, self.estimator.name if self.estimator else None, reason,
+                      time.monotonic() - self._t0)
 
     # -- the repository ------------------------------------------------------
 

@@ -232,7 +232,7 @@ def job_text(report: dict[str, Any]) -> str:
 
 def _segment_lines(segments: list[dict[str, Any]]) -> list[str]:
     lines = ["  settings used:"]
-    if not segments:
+    if not any(seg["iterations"] for seg in segments):
         return lines + ["    (none: the job stopped before its first iteration)"]
     lines.append("    (s/iter: wall time per global iteration; exec s: mean time of one worker's session.run)")
     lines.append(f"    {'#':>3} {'phase':<9} {'steps':>15} {'iters':>7} {'s/iter':>8} {'exec s':>8} "
