@@ -1,5 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make demo   set up .venv, run an example job with tuning on the embedded cluster, print its report
+#               (and write it as demo-runs/report.html, with its plots in demo-runs/plots)
 #   make test   set up .venv, run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -21,7 +22,7 @@ demo: install
 	mkdir -p demo-runs
 	rm -f $(DEMO_DB) $(DEMO_DB)-wal $(DEMO_DB)-shm
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python examples/logr.py --db $(DEMO_DB) --tune --ps 3 --worker 1
-	$(BIN)/tfonline report $(DEMO_DB)
+	$(BIN)/tfonline report $(DEMO_DB) --html demo-runs/report.html --plots demo-runs/plots
 
 # The report's HTML test opens the page in headless Chromium (Debian's package).
 browser:

@@ -43,6 +43,17 @@ class SlowerLogR(TinyLogR):
         super().__init__(lr=0.05)
 
 
+class TunedLogR(SlowerLogR):
+    """Converges in about a thousand iterations: long enough for the tuner to reach its online phase.
+
+    A live switch is made once it is prepared, while the workers train on, so each random setting
+    comes a few hundred iterations after its decision on this fast a job.
+    """
+
+    def __init__(self):
+        TinyLogR.__init__(self, lr=0.02)
+
+
 class CountdownJob(tfonline.MLJobFramework):
     """Its loss is the batch it read: batches count down from ``start`` by 1, so the losses show the data order.
 

@@ -70,10 +70,10 @@ TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 
 
 @pytest.fixture(scope="module")
 def tuned_db(cluster, tmp_path_factory):
-    from jobs import SlowerLogR
+    from jobs import SlowerLogR, TunedLogR
 
     db = str(tmp_path_factory.mktemp("tuned-report") / "runs.db")
-    tuned = SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    tuned = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                              tuning=TUNING)
     fixed = SlowerLogR().run(setting={"ps": 1, "worker": 1}, db=db, cluster=cluster, quiet=True)
     assert tuned.status == fixed.status == "converged", (tuned.stop_reason, fixed.stop_reason)
@@ -84,7 +84,7 @@ def test_the_text_report_explains_a_tuned_job(tuned_db, capsys):
     db, tuned, _ = tuned_db
     assert main(["report", db, "--job", tuned.job_id]) == 0
     out = capsys.readouterr().out
-    assert out.count("\njob ") == 0 and out.startswith(f"job {tuned.job_id} (SlowerLogR, async)")
+    assert out.count("\njob ") == 0 and out.startswith(f"job {tuned.job_id} (TunedLogR, async)")
     assert "time in phases:  start-up " in out and " initial " in out and " online " in out
     assert "settings compared (Table IV; * differs from the initial setting):" in out
     assert "\n    ps " in out and "\n    worker " in out and "initial" in out  # knob rows, the initial column

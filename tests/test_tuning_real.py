@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 from conftest import node_processes
-from jobs import SlowerLogR
+from jobs import SlowerLogR, TunedLogR
 
 from tfonline.exceptions import ConfigurationError
 
@@ -19,9 +19,9 @@ LOOP = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15
 @pytest.fixture(scope="module")
 def tuned(cluster, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("tune") / "runs.db")
-    first = SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    first = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                             space=SPACE, tuning=LOOP)
-    second = SlowerLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    second = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                              space=SPACE, tuning=LOOP)
     return db, first, second
 
