@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DB := demo-runs/demo.db
 
-.PHONY: install browser demo test clean
+.PHONY: install browser demo test bench bench-full clean
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,13 @@ browser:
 
 test: install browser
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
+
+# The paper's evaluation on this machine (benchmarks/paper.py): results in benchmarks/results/<date>-<mode>.{md,json}
+bench: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick
+
+bench-full: install
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full
 
 clean:
 	rm -rf $(VENV) demo-runs *.egg-info

@@ -1,0 +1,303 @@
+"""The paper's evaluation (§VI), reproduced on this machine with one command.
+
+    python benchmarks/paper.py --mode quick|full [--workloads logr,svm,cnn] [--out benchmarks/results]
+    make bench        # quick: R = 8 random fixed settings and 2 tuned seeds per workload
+    make bench-full   # full: R = 30 and 5 seeds (hours)
+
+For each workload (the LogR, SVM and CNN examples), in this order:
+
+1. tfonline tunes the job from TensorFlow's default setting, once per seed
+   (quick: 2, full: 5), and once more with ``reconfig="checkpoint"`` (the
+   baseline of existing systems) for the overhead comparison (Table V);
+2. R fixed settings (quick: 8, full: 30; the paper: 100), drawn with a fixed
+   seed, uniformly from the full knob space, run to the target. A fixed
+   run is capped at ``CAP_FACTOR`` (10) times the median completion time of
+   the tuned runs: one that has not converged by then is reported as
+   capped, with the cap as its completion time (a lower bound), not
+   dropped;
+3. the estimators are rated on the converged fixed runs (the paper's rank
+   metric, Table VI; ``tfonline estimate-quality``).
+
+Every run starts its own embedded cluster, so a completion time counts
+everything the user waits for: cluster start-up, tuning and switches. The
+start-up (``run()`` to the first iteration) is also given on its own.
+
+Writes ``<out>/<date>-<mode>.json`` (every run and every table) and
+``<out>/<date>-<mode>.md`` (the tables: Worst / Average / Best / tfonline
+completion times and ratios as in Fig. 5; iterations and time per
+iteration, Table III; settings, Table IV; reconfigurations and overhead,
+ODMR against checkpoint-restart, Table V; estimator rank, Table VI; the
+machine; the benchmark's own wall time). The runs' repositories are kept
+next to them (``<date>-<mode>-tuned.db``, ``-fixed.db``) for ``tfonline
+report``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, os.pardir, "examples"))
+
+from cnn import CNN  # noqa: E402
+from logr import LogR  # noqa: E402
+from svm import SVM  # noqa: E402
+
+from tfonline.cluster import default_node_count  # noqa: E402
+from tfonline.estimator import available_estimators  # noqa: E402
+from tfonline.estimator._quality import estimate_quality, load_runs  # noqa: E402
+from tfonline.repository import Repository  # noqa: E402
+from tfonline.setting import short_form  # noqa: E402
+from tfonline.tuner.space import KnobSpace  # noqa: E402
+
+MODES = {"quick": {"fixed": 8, "seeds": 2}, "full": {"fixed": 30, "seeds": 5}}
+WORKLOADS = {"logr": LogR, "svm": SVM, "cnn": CNN}
+CAP_FACTOR = 10
+DRAW_SEED = 2026  # the fixed settings' draw
+RANK_SEGMENT = 60  # iterations per segment for the estimator rank
+PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best": "1.3-2.3x slower",
+         "odmr_vs_checkpoint": "3.8-7.6x cheaper per reconfiguration", "estimator_rank": "2.0-3.3 of 100"}
+
+
+def _job_row(db: str, job_id: str) -> dict:
+    repo = Repository(db, create=False)
+    try:
+        job = repo.jobs(job_id)[0]
+        first_last = next(repo.rows("select min(wall_time) as a, max(wall_time) as b, count(*) as n, "
+                                    "(select short from settings s join iterations j on j.setting_id = s.id "
+                                    " where j.job_id = ? group by s.id order by count(*) desc limit 1) as most "
+                                    "from iterations where job_id = ?", (job_id, job_id)))
+        moves = list(repo.rows("select technique, cost_s from reconfigurations where job_id = ?", (job_id,)))
+    finally:
+        repo.db.conn.close()
+    n = first_last["n"]
+    return {
+        "job_id": job_id, "status": job["status"], "completion_time_s": job["completion_time_s"],
+        "startup_s": None if job["first_iteration_at"] is None else job["first_iteration_at"] - job["started_at"],
+        "iterations": job["iterations"],
+        "time_per_iteration_s": (first_last["b"] - first_last["a"]) / (n - 1) if n and n > 1 else None,
+        "final_loss": job["final_loss"], "most_used_setting": first_last["most"],
+        "reconfigurations": len(moves), "reconfiguration_cost_s": sum(m["cost_s"] or 0.0 for m in moves),
+        "reconfiguration_costs_s": [m["cost_s"] for m in moves if m["cost_s"] is not None],
+    }
+
+
+def _run(job, db: str, log, **kwargs) -> dict:
+    started = time.monotonic()
+    try:
+        result = job.run(db=db, quiet=True, **kwargs)
+        row = _job_row(db, result.job_id)
+    except Exception as e:  # a setting that fails is a result too (e.g. out of memory); the benchmark goes on
+        row = {"status": "failed", "error": f"{type(e).__name__}: {e}", "completion_time_s": None}
+    row["wall_s"] = time.monotonic() - started
+    log(f"    {row['status']:<10} {row.get('completion_time_s') or 0:7.1f} s  "
+        f"{row.get('iterations') or 0:>6} it  {row.get('most_used_setting') or row.get('error', '')}")
+    return row
+
+
+def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
+    def time_of(r):  # a capped or failed fixed run counts at the cap: a lower bound of its time
+        return r["completion_time_s"] if r["status"] == "converged" else cap
+
+    times = [time_of(r) for r in fixed]
+    ours = statistics.mean(r["completion_time_s"] for r in tuned)
+    worst, best = max(times), min(times)
+    average = statistics.mean(times)
+    best_run = fixed[times.index(best)]
+    worst_run = fixed[times.index(worst)]
+    converged = [r for r in fixed if r["status"] == "converged"]
+    return {
+        "completion_time_s": {"worst": worst, "average": average, "best": best, "tfonline": ours,
+                              "tfonline_runs": [r["completion_time_s"] for r in tuned]},
+        "ratios": {"average_over_tfonline": average / ours, "worst_over_tfonline": worst / ours,
+                   "tfonline_over_best": ours / best},
+        "capped": sum(r["status"] == "stopped" for r in fixed), "failed": sum(r["status"] == "failed" for r in fixed),
+        "cap_s": cap,
+        "table_iii": {
+            "best": {k: best_run.get(k) for k in ("iterations", "time_per_iteration_s")},
+            "worst": {k: worst_run.get(k) for k in ("iterations", "time_per_iteration_s")},
+            "average_converged": {
+                "iterations": statistics.mean(r["iterations"] for r in converged) if converged else None,
+                "time_per_iteration_s": statistics.mean(r["time_per_iteration_s"] for r in converged
+                                                        if r["time_per_iteration_s"]) if converged else None},
+            "tfonline": {"iterations": statistics.mean(r["iterations"] for r in tuned),
+                         "time_per_iteration_s": statistics.mean(r["time_per_iteration_s"] for r in tuned)},
+        },
+        "table_iv": {"best": best_run.get("setting"), "worst": worst_run.get("setting"),
+                     "tfonline_most_used": [r["most_used_setting"] for r in tuned]},
+    }
+
+
+def _table_v(tuned: list[dict], checkpoint: dict) -> dict:
+    online_costs = [c for r in tuned for c in r["reconfiguration_costs_s"]]
+    ckpt_costs = checkpoint.get("reconfiguration_costs_s", [])
+    online = statistics.median(online_costs) if online_costs else None
+    ckpt = statistics.median(ckpt_costs) if ckpt_costs else None
+    return {"online": {"reconfigurations_per_run": statistics.mean(r["reconfigurations"] for r in tuned),
+                       "median_cost_s": online, "total_cost_s_per_run": statistics.mean(
+                           r["reconfiguration_cost_s"] for r in tuned)},
+            "checkpoint": {"reconfigurations": checkpoint.get("reconfigurations"), "median_cost_s": ckpt,
+                           "total_cost_s": checkpoint.get("reconfiguration_cost_s"),
+                           "completion_time_s": checkpoint.get("completion_time_s")},
+            "median_ratio_checkpoint_over_online": ckpt / online if online and ckpt else None}
+
+
+def _table_vi(fixed_db: str, name: str) -> dict:
+    repo = Repository(fixed_db, create=False)
+    try:
+        runs = load_runs(repo, name)
+    finally:
+        repo.db.conn.close()
+    if len(runs) < 2:
+        return {"runs": len(runs), "why": "fewer than 2 converged fixed runs"}
+    out = {"runs": len(runs), "segment": RANK_SEGMENT}
+    for estimator in available_estimators():
+        q = estimate_quality(runs, estimator, RANK_SEGMENT)
+        out[estimator] = {"rank": q.rank, "picks": q.picks,
+                          "median_relative_error": {str(k): v for k, v in q.median_relative_error.items()}}
+    return out
+
+
+def _mean(rows: list[dict], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.mean(values) if values else None
+
+
+def _fmt(x, spec=".1f"):
+    return "-" if x is None else format(x, spec)
+
+
+def markdown(result: dict) -> str:
+    m = result["machine"]
+    lines = [f"# tfonline: the paper's evaluation, {result['mode']} mode ({result['date']})", "",
+             f"Machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}; Python {m['python']}, "
+             f"TensorFlow {m['tensorflow']}; embedded cluster of {m['nodes']} nodes. Benchmark wall time: "
+             f"{result['wall_s'] / 60:.1f} min. R = {result['fixed_settings']} random fixed settings (seed "
+             f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {CAP_FACTOR}x the "
+             "median tuned completion time and then counts at the cap. Completion times include everything the "
+             "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
+             "## Completion time (Fig. 5) and ratios", "",
+             "| workload | worst s | average s | best s | tfonline s (runs) | avg / tfonline | worst / tfonline | "
+             "tfonline / best | capped | start-up s (fixed; tfonline) | paper |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        s = w["summary"]
+        c, r = s["completion_time_s"], s["ratios"]
+        lines.append(f"| {name} | {c['worst']:.1f} | {c['average']:.1f} | {c['best']:.1f} | {c['tfonline']:.1f} "
+                     f"({', '.join(f'{t:.1f}' for t in c['tfonline_runs'])}) | {r['average_over_tfonline']:.2f}x | "
+                     f"{r['worst_over_tfonline']:.2f}x | {r['tfonline_over_best']:.2f}x | {s['capped']} of "
+                     f"{result['fixed_settings']} | {_fmt(_mean(w['fixed'], 'startup_s'))}; "
+                     f"{_fmt(_mean(w['tuned'], 'startup_s'))} | avg {PAPER['vs_average']}, best {PAPER['vs_best']} |")
+    lines += ["", "## Iterations and time per iteration (Table III)", "",
+              "| workload | best: it, s/it | worst: it, s/it | average (converged): it, s/it | tfonline: it, s/it |",
+              "|---|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        t = w["summary"]["table_iii"]
+        lines.append("| " + name + " | " + " | ".join(
+            f"{_fmt(t[k]['iterations'], '.0f')}, {_fmt(t[k]['time_per_iteration_s'], '.4f')}"
+            for k in ("best", "worst", "average_converged", "tfonline")) + " |")
+    lines += ["", "## Settings (Table IV)", "", "| workload | best fixed | worst fixed | tfonline (most iterations) |",
+              "|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        t = w["summary"]["table_iv"]
+        lines.append(f"| {name} | {t['best']} | {t['worst']} | {'; '.join(str(s) for s in t['tfonline_most_used'])} |")
+    lines += ["", "## Reconfigurations (Table V): online (ODMR, SSR, TDR) against checkpoint-restart", "",
+              "| workload | online: per run, median cost s | checkpoint: count, median cost s | median ratio |",
+              "|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        v = w["table_v"]
+        lines.append(f"| {name} | {v['online']['reconfigurations_per_run']:.1f}, {_fmt(v['online']['median_cost_s'], '.3f')} "
+                     f"| {_fmt(v['checkpoint']['reconfigurations'], 'd')}, {_fmt(v['checkpoint']['median_cost_s'], '.3f')} "
+                     f"| {_fmt(v['median_ratio_checkpoint_over_online'], '.1f')}x |")
+    lines += ["", f"## Estimator rank (Table VI; of the converged fixed runs; paper: {PAPER['estimator_rank']})", "",
+              "| workload | runs | " + " | ".join(available_estimators()) + " |",
+              "|---|---|" + "---|" * len(available_estimators())]
+    for name, w in result["workloads"].items():
+        v = w["table_vi"]
+        cells = [f"{_fmt(v[e]['rank'], '.2f')} ({v[e]['picks']} picks)" if e in v else v.get("why", "-")
+                 for e in available_estimators()]
+        lines.append(f"| {name} | {v['runs']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mode", choices=sorted(MODES), default="quick")
+    parser.add_argument("--workloads", default="logr,svm,cnn")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--fixed", type=int, help="random fixed settings per workload (default: by mode)")
+    parser.add_argument("--seeds", type=int, help="tuned runs per workload (default: by mode)")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        parser.error(f"--workloads takes {', '.join(WORKLOADS)}, got {unknown[0]!r}")
+    fixed_count = args.fixed or MODES[args.mode]["fixed"]
+    seeds = args.seeds or MODES[args.mode]["seeds"]
+    os.makedirs(args.out, exist_ok=True)
+    date = time.strftime("%Y-%m-%d")
+    stem = os.path.join(args.out, f"{date}-{args.mode}")
+    tuned_db, fixed_db = stem + "-tuned.db", stem + "-fixed.db"
+    for path in (tuned_db, fixed_db):
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.remove(path + suffix)
+    started = time.monotonic()
+
+    def log(message):
+        print(f"[{(time.monotonic() - started) / 60:5.1f} min] {message}", flush=True)
+
+    import tensorflow as tf
+
+    nodes = default_node_count()
+    space = KnobSpace(nodes, os.cpu_count() or 1)
+    result = {"mode": args.mode, "date": date, "fixed_settings": fixed_count, "seeds": seeds, "workloads": {},
+              "machine": {"cores": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
+                                                                         * os.sysconf("SC_PHYS_PAGES") / 2**30),
+                          "platform": platform.platform(), "python": platform.python_version(),
+                          "tensorflow": tf.__version__, "nodes": nodes},
+              "paper": PAPER, "cap_factor": CAP_FACTOR, "draw_seed": DRAW_SEED}
+    for index, name in enumerate(names):
+        job_class = WORKLOADS[name]
+        log(f"{name}: tfonline from the default setting, {seeds} seeds")
+        tuned = [_run(job_class(), tuned_db, log, tune=True, seed=seed) for seed in range(seeds)]
+        log(f"{name}: tfonline with checkpoint-restart switches (the baseline, Table V)")
+        checkpoint = _run(job_class(), tuned_db, log, tune=True, seed=0, reconfig="checkpoint")
+        ok = [r for r in tuned if r["status"] == "converged"]
+        cap = CAP_FACTOR * statistics.median(r["completion_time_s"] for r in (ok or tuned)
+                                             if r["completion_time_s"] is not None)
+        rng = random.Random(DRAW_SEED + index)
+        drawn = []
+        for _ in range(fixed_count):
+            drawn.append(space.sample(rng, exclude=drawn))
+        log(f"{name}: {fixed_count} random fixed settings, capped at {cap:.0f} s")
+        fixed = []
+        for setting in drawn:
+            job = job_class()
+            job.max_seconds = cap
+            row = _run(job, fixed_db, log, setting=setting, seed=0)
+            row["setting"] = short_form(setting)
+            fixed.append(row)
+        table_vi = _table_vi(fixed_db, job_class().name)
+        result["workloads"][name] = {"tuned": tuned, "checkpoint": checkpoint, "fixed": fixed,
+                                     "summary": _summary(ok or tuned, fixed, cap),
+                                     "table_v": _table_v(ok or tuned, checkpoint), "table_vi": table_vi}
+        result["wall_s"] = time.monotonic() - started
+        with open(stem + ".json", "w") as f:  # written after every workload: a long run keeps what it has
+            json.dump(result, f, indent=2)
+        with open(stem + ".md", "w") as f:
+            f.write(markdown(result))
+    log(f"done: {stem}.md")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
