@@ -1,0 +1,70 @@
+"""The paper-evaluation benchmark's tables (pure) and its command line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.join(HERE, os.pardir, "benchmarks", "paper.py")
+
+
+@pytest.fixture(scope="module")
+def paper():
+    sys.path.insert(0, os.path.dirname(BENCH))
+    try:
+        import paper
+    finally:
+        sys.path.remove(os.path.dirname(BENCH))
+    return paper
+
+
+def _row(status, t, it=1000, pace=0.01, setting="s", moves=(), startup=1.0):
+    return {"status": status, "completion_time_s": t, "iterations": it, "time_per_iteration_s": pace,
+            "setting": setting, "most_used_setting": setting, "startup_s": startup,
+            "reconfigurations": len(moves), "reconfiguration_cost_s": sum(moves),
+            "reconfiguration_costs_s": list(moves)}
+
+
+def test_a_capped_run_counts_at_the_cap_and_the_ratios_follow(paper):
+    tuned = [_row("converged", 10.0, moves=(0.2, 0.4)), _row("converged", 14.0, moves=(0.3,))]
+    fixed = [_row("converged", 8.0, setting="fast"), _row("converged", 30.0, setting="slow"),
+             _row("stopped", 120.0, setting="capped")]
+    s = paper._summary(tuned, fixed, cap=120.0)
+    c = s["completion_time_s"]
+    assert (c["worst"], c["best"], c["tfonline"]) == (120.0, 8.0, 12.0)
+    assert c["average"] == pytest.approx((8 + 30 + 120) / 3)
+    assert s["ratios"]["tfonline_over_best"] == pytest.approx(1.5)
+    assert s["ratios"]["worst_over_tfonline"] == pytest.approx(10.0)
+    assert s["capped"] == 1 and s["table_iv"]["best"] == "fast" and s["table_iv"]["worst"] == "capped"
+    assert s["table_iii"]["average_converged"]["iterations"] == 1000  # capped runs left out of the averages
+    v = paper._table_v(tuned, _row("converged", 20.0, moves=(1.2, 1.5)))
+    assert v["online"]["median_cost_s"] == pytest.approx(0.3) and v["checkpoint"]["median_cost_s"] == 1.35
+    assert v["median_ratio_checkpoint_over_online"] == pytest.approx(4.5)
+
+
+def test_the_markdown_has_every_table(paper):
+    tuned = [_row("converged", 10.0, moves=(0.2,))]
+    fixed = [_row("converged", 8.0), _row("stopped", 100.0)]
+    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 1, "wall_s": 60.0,
+              "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
+                          "nodes": 4},
+              "workloads": {"logr": {"tuned": tuned, "fixed": fixed, "summary": paper._summary(tuned, fixed, 100.0),
+                                     "table_v": paper._table_v(tuned, _row("converged", 12.0, moves=(0.8,))),
+                                     "table_vi": {"runs": 1, "why": "fewer than 2 converged fixed runs"}}}}
+    text = paper.markdown(result)
+    for heading in ("## Completion time (Fig. 5) and ratios", "## Iterations and time per iteration (Table III)",
+                    "## Settings (Table IV)", "## Reconfigurations (Table V)", "## Estimator rank (Table VI"):
+        assert heading in text
+    assert "| logr | 100.0 | 54.0 | 8.0 | 10.0 (10.0) | 5.40x | 10.00x | 1.25x | 1 of 2 |" in text
+    assert "| 4.0x |" in text and "fewer than 2 converged fixed runs" in text
+
+
+def test_an_unknown_workload_is_refused_in_one_line():
+    out = subprocess.run([sys.executable, BENCH, "--workloads", "logr,nope"], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, got 'nope'"
