@@ -22,38 +22,35 @@ from tfonline.exceptions import ConfigurationError, TfOnlineError
 
 
 def _report(args) -> int:
-    import json as _json
-
-    from tfonline.report import compare, compare_text, no_jobs_message, report_json, report_text
+    from tfonline.report import collect, compare, compare_text, no_jobs_message, report_json, report_text
     from tfonline.repository import Repository
 
     repo = Repository(args.db, create=False)
     try:
+        reports = [collect(repo, job) for job in repo.jobs(args.job)]
         comparison = compare(repo, args.compare) if args.compare else None
         if args.format == "json":
-            report = report_json(repo, args.job)
+            report = report_json(repo, reports)
             if comparison is not None:
                 report["comparison"] = comparison
-            print(_json.dumps(report, indent=2))
+            print(json.dumps(report, indent=2))
         elif comparison is not None:
             print(compare_text(comparison))
         else:
-            print(report_text(repo, args.job))
-        if args.html or args.plots:
-            from tfonline.report import collect
-            from tfonline.report.html import page
+            print(report_text(repo, reports, args.job))
+        drawn = {}
+        if args.plots:
             from tfonline.report.plots import draw
 
-            reports = [collect(repo, job) for job in repo.jobs(args.job)]
-            if args.plots:
-                for r in reports:
-                    draw(repo, r, args.plots)
-                print(f"plots: {len(reports) * 4} PNG files in {args.plots}" if reports
-                      else f"plots: none, {no_jobs_message(repo, args.job)}", file=sys.stderr)
-            if args.html:
-                with open(args.html, "w", encoding="utf-8") as f:
-                    f.write(page(repo, reports, comparison))
-                print(f"html: {args.html}", file=sys.stderr)
+            drawn = {r["id"]: draw(repo, r, args.plots) for r in reports}
+            print(f"plots: {len(reports) * 4} PNG files in {args.plots}" if reports
+                  else f"plots: none, {no_jobs_message(repo, args.job)}", file=sys.stderr)
+        if args.html:
+            from tfonline.report.html import page
+
+            with open(args.html, "w", encoding="utf-8") as f:
+                f.write(page(repo, reports, comparison, drawn))
+            print(f"html: {args.html}", file=sys.stderr)
     finally:
         repo.db.conn.close()
     return 0

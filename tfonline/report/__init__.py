@@ -302,26 +302,20 @@ def _eta_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
-def select_jobs(repo: Repository, job_name: str | None = None) -> list[dict[str, Any]]:
-    return repo.jobs(job_name)
-
-
 def no_jobs_message(repo: Repository, job_name: str | None) -> str:
     return f"no job named {job_name!r} in {repo.path}" if job_name is not None else f"no jobs in {repo.path}"
 
 
-def report_text(repo: Repository, job_name: str | None = None) -> str:
-    """The text report of every job in ``repo`` (or of the jobs named ``job_name``)."""
-    jobs = select_jobs(repo, job_name)
-    if not jobs:
+def report_text(repo: Repository, reports: list[dict[str, Any]], job_name: str | None = None) -> str:
+    """The text report of ``reports`` (:func:`collect` of each job asked for, ``job_name`` or all)."""
+    if not reports:
         return no_jobs_message(repo, job_name)
-    return "\n\n".join(job_text(collect(repo, job)) for job in jobs)
+    return "\n\n".join(job_text(r) for r in reports)
 
 
-def report_json(repo: Repository, job_name: str | None = None) -> dict[str, Any]:
+def report_json(repo: Repository, reports: list[dict[str, Any]]) -> dict[str, Any]:
     """The JSON report: ``{"report_version", "db", "jobs": [...]}`` (each job: :data:`JSON_SCHEMA`)."""
-    return {"report_version": REPORT_VERSION, "db": repo.path,
-            "jobs": [collect(repo, job) for job in select_jobs(repo, job_name)]}
+    return {"report_version": REPORT_VERSION, "db": repo.path, "jobs": reports}
 
 
 def compare(repo: Repository, names: list[str]) -> dict[str, Any]:

@@ -43,7 +43,7 @@ def _image(path: str, alt: str) -> str:
     return f"<img alt='{html.escape(alt)}' src='data:image/png;base64,{data}'>"
 
 
-def job_section(repo: Repository, r: dict[str, Any], folder: str) -> str:
+def job_section(repo: Repository, r: dict[str, Any], folder: str, paths: dict[str, str] | None = None) -> str:
     parts = [f"<h2>{html.escape(r['name'])} <span class='muted'>{html.escape(r['id'])}</span></h2>"]
     summary = [
         ["status", f"{STATUS_WORDS.get(r['status'], r['status'])}: {r['stop_reason'] or ''}"],
@@ -58,7 +58,7 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str) -> str:
         ["host", f"{r['host']}, TensorFlow {r['tf_version']}, Python {r['python']}"],
     ]
     parts.append(_table(["", ""], summary, left={0, 1}))
-    paths = draw(repo, r, folder)
+    paths = paths or draw(repo, r, folder)
     titles = {"loss-time": "Loss against wall time (dotted: end of the initial phases; triangles: reconfigurations)",
               "loss-iterations": "Loss against iterations", "iteration-time": "Wall time per iteration, by segment",
               "eta": "Estimated and actual remaining time"}
@@ -109,8 +109,9 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str) -> str:
 
 
 def page(repo: Repository, reports: list[dict[str, Any]], comparison: dict[str, Any] | None = None,
-         folder: str | None = None) -> str:
-    """The whole page; figures are drawn into ``folder`` (a temporary one when None) and embedded."""
+         drawn: dict[str, dict[str, str]] | None = None) -> str:
+    """The whole page, with each job's figures embedded: those ``drawn`` already (by job id), else drawn now
+    into a temporary folder."""
     body = [f"<h1>tfonline report <span class='muted'>{html.escape(repo.path)}</span></h1>"]
     if comparison is not None:
         body.append(f"<h2>Comparison</h2><pre>{html.escape(compare_text(comparison))}</pre>")
@@ -118,6 +119,6 @@ def page(repo: Repository, reports: list[dict[str, Any]], comparison: dict[str, 
         body.append(f"<p>no jobs in {html.escape(repo.path)}</p>")
     with tempfile.TemporaryDirectory(prefix="tfonline-plots-") as scratch:
         for r in reports:
-            body.append(job_section(repo, r, folder or scratch))
+            body.append(job_section(repo, r, scratch, (drawn or {}).get(r["id"])))
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>tfonline report</title>"
             f"<style>{STYLE}</style></head><body>{''.join(body)}</body></html>")

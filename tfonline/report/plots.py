@@ -53,6 +53,29 @@ def _empty(ax, why: str) -> None:
     ax.text(0.5, 0.5, why, ha="center", va="center", transform=ax.transAxes, color="0.4")
 
 
+def _loss_plot(report: dict[str, Any], its: list[dict], xs: list[float], boundary: float | None,
+               marks: list[tuple[float, int]], xlabel: str, against: str, path: str) -> str:
+    """Loss and smoothed loss against ``xs``; a dotted line where the initial phases end (``boundary``), a
+    triangle at every reconfiguration (``marks``: x and step), the target."""
+    fig, ax = _figure(f"{report['name']}: loss against {against}")
+    if its:
+        ax.plot(xs, [r["loss"] for r in its], color="C0", lw=0.6, alpha=0.35, label="loss")
+        ax.plot(xs, [r["smoothed_loss"] for r in its], color="C0", lw=1.8, label="smoothed loss")
+        if boundary is not None:
+            ax.axvline(boundary, color="0.2", ls=":", lw=1.5, label="initial phases end")
+        if marks:
+            by_step = {r["step"]: r["smoothed_loss"] for r in its}
+            ax.plot([x for x, _ in marks], [by_step.get(step, float("nan")) for _, step in marks], "v",
+                    color="C3", ms=7, label="reconfiguration")
+        ax.axhline(report["target_loss"], color="C2", ls="--", lw=1, label="target")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "no iterations")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("loss")
+    return _save(fig, path)
+
+
 def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str]:
     """Draws one job's figures into ``folder``; returns their paths by name (:data:`PLOTS`)."""
     os.makedirs(folder, exist_ok=True)
@@ -62,41 +85,14 @@ def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str
     paths = {}
     base = os.path.join(folder, report["id"])
 
-    fig, ax = _figure(f"{report['name']}: loss against wall time")
-    if its:
-        ax.plot([r["wall_time"] - t0 for r in its], [r["loss"] for r in its], color="C0", lw=0.6, alpha=0.35,
-                label="loss")
-        ax.plot([r["wall_time"] - t0 for r in its], [r["smoothed_loss"] for r in its], color="C0", lw=1.8,
-                label="smoothed loss")
-        if data["online"]["w"] is not None:
-            ax.axvline(data["online"]["w"] - t0, color="0.2", ls=":", lw=1.5, label="initial phases end")
-        marks = [m for m in data["reconfigurations"] if m["wall_time"] is not None]
-        if marks:
-            by_step = {r["step"]: r["smoothed_loss"] for r in its}
-            ax.plot([m["wall_time"] - t0 for m in marks], [by_step.get(m["step"], float("nan")) for m in marks], "v", color="C3",
-                    ms=7, label="reconfiguration")
-        ax.axhline(report["target_loss"], color="C2", ls="--", lw=1, label="target")
-        ax.legend(fontsize=8)
-    else:
-        _empty(ax, "no iterations")
-    ax.set_xlabel("wall time since run() (s)")
-    ax.set_ylabel("loss")
-    paths["loss-time"] = _save(fig, f"{base}-loss-time.png")
-
-    fig, ax = _figure(f"{report['name']}: loss against iterations")
-    if its:
-        ax.plot([r["step"] for r in its], [r["loss"] for r in its], color="C0", lw=0.6, alpha=0.35, label="loss")
-        ax.plot([r["step"] for r in its], [r["smoothed_loss"] for r in its], color="C0", lw=1.8,
-                label="smoothed loss")
-        if data["online"]["s"] is not None:
-            ax.axvline(data["online"]["s"], color="0.2", ls=":", lw=1.5, label="initial phases end")
-        ax.axhline(report["target_loss"], color="C2", ls="--", lw=1, label="target")
-        ax.legend(fontsize=8)
-    else:
-        _empty(ax, "no iterations")
-    ax.set_xlabel("iteration")
-    ax.set_ylabel("loss")
-    paths["loss-iterations"] = _save(fig, f"{base}-loss-iterations.png")
+    marks = [m for m in data["reconfigurations"] if m["wall_time"] is not None]
+    online = data["online"]
+    paths["loss-time"] = _loss_plot(
+        report, its, [r["wall_time"] - t0 for r in its], None if online["w"] is None else online["w"] - t0,
+        [(m["wall_time"] - t0, m["step"]) for m in marks], "wall time since run() (s)", "wall time",
+        f"{base}-loss-time.png")
+    paths["loss-iterations"] = _loss_plot(report, its, [r["step"] for r in its], online["s"], [], "iteration",
+                                          "iterations", f"{base}-loss-iterations.png")
 
     fig, ax = _figure(f"{report['name']}: wall time per iteration, by segment")
     timed = [s for s in report["segments"] if s["wall_time_per_iteration_s"] is not None]
