@@ -203,7 +203,7 @@ class Runner:
         self._late_as: tuple[str, int] | None = None  # the previous setting's id and segment, for late steps
         self._observed: SegmentRun | None = None  # the old setting's last points, for the tuner after a switch
         self._switch_points: list[tuple[int, float, float]] = []  # the current setting's first, to time a switch
-        self._switch_points_goal = 0
+        self._switch_workers = 1  # iterations per round of the current setting's workers (sync: 1)
         self._ticker = Ticker(None)  # the progress display (tfonline.progress), once training starts
         self._retired_sessions: list = []  # a transition's sessions: closed at the next switch or the end
         self._opened_sessions: list = []  # every training session the job opened
@@ -562,9 +562,7 @@ class Runner:
                         self._hand_over_segment()
                 elif self._deciding.done():
                     decision = self._take_decision()
-                    if decision.switch:
-                        if not self._live(decision.candidate):
-                            self._pause.set()
+                    if decision.switch:  # _decide paused the workers unless the switch is live
                         switch = decision
                         break
         except NodeFailedError as e:
@@ -818,7 +816,7 @@ class Runner:
             self._steps_version += 1
             self._stepped_in_generation = False
             self._switch_points = []
-            self._switch_points_goal = 4 * (1 if self.sync else len(steps)) + 1  # see _record_reconfiguration_cost
+            self._switch_workers = 1 if self.sync else len(steps)
             self._opening = False
             self._warmup = len(steps)
             row = self._start_segment()
@@ -853,7 +851,7 @@ class Runner:
         return {"job_id": self.job_id, "step": self.step, "from_setting_id": setting_key(old),
                 "to_setting_id": setting_key(new), "types": "+".join(how.types), "technique": how.technique,
                 "actions": json.dumps(list(how.actions)), "bytes_moved": moved, "from": self._switch_from,
-                "workers": 1 if self.sync else new["worker"], "parts": sorted(switch_parts(self.space, old, new))}
+                "parts": sorted(switch_parts(self.space, old, new))}
 
     def _checkpoint_restart(self, new: dict[str, Any], how: Plan) -> None:
         """The baseline, as existing systems switch: checkpoint, restart every node, rebuild, restore."""
@@ -1000,13 +998,12 @@ class Runner:
         are in: each worker's first, then up to 3 rounds to time the new pace (fewer when the job ``ended``
         or the next switch comes first)."""
         pending = self._pending_reconfiguration
-        n = pending["workers"]
         with self._lock:
-            points = list(self._switch_points[:4 * n + 1])
+            n = self._switch_workers
+            points = list(self._switch_points)
         if len(points) < 4 * n + 1 and not ended:
             return
         self._pending_reconfiguration = None
-        del pending["workers"]
         origin, parts = pending.pop("from"), pending.pop("parts")
         cost = during = None  # the job ended before the new setting's first iteration: no cost measured
         if points:
@@ -1101,7 +1098,7 @@ class Runner:
                 setting_id, segment = self.setting_id, self.segment
                 self._stepped_in_generation = True
                 self._segment_points.append((self.step, loss, now))
-                if len(self._switch_points) < self._switch_points_goal:
+                if len(self._switch_points) < 4 * self._switch_workers + 1:  # see _record_reconfiguration_cost
                     self._switch_points.append((self.step, loss, now))
                 if self._segment_goal is not None and len(self._segment_points) >= self._segment_goal:
                     self._wake.set()
