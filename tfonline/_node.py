@@ -8,8 +8,13 @@ thread pools.
 
 Once serving, the process prints one JSON line describing the server
 definition TensorFlow actually holds (so callers can read back the thread
-knobs) and then blocks on stdin. End of stdin means the driver is gone, and
-the node exits: a node never outlives its driver, even after SIGKILL.
+knobs) and then answers each ``ping`` line on stdin with ``pong`` (the
+driver's heartbeat). End of stdin means the driver is gone, and the node
+exits: a node never outlives its driver, even after SIGKILL.
+
+A node listens only where :mod:`tfonline._confine` lets it: the process
+that starts it (the cluster, or ``tfonline node``) preloads the bind library
+and sets the address.
 
 The fork server
 ---------------
@@ -80,10 +85,12 @@ def _serve() -> int:
         spec["inter_op_parallelism_threads"],
     )
     print(json.dumps(_server_description(server)), flush=True)
-    # Block until the driver closes our stdin (or dies); then exit at once,
-    # without the slow TensorFlow teardown.
-    while sys.stdin.readline():
-        pass
+    # Answer the driver's heartbeats until it closes our stdin (or dies); then
+    # exit at once, without the slow TensorFlow teardown. A stopped or hung
+    # process answers none, and the driver fails the job naming this node.
+    for line in sys.stdin:
+        if line.strip() == "ping":
+            print("pong", flush=True)
     sys.stdout.flush()
     os._exit(0)
 

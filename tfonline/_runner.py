@@ -42,7 +42,7 @@ from tfonline.exceptions import (
     NodeFailedError,
     TfOnlineError,
 )
-from tfonline.job import RunResult
+from tfonline.job import PATIENCE_MIN_IMPROVEMENT, RunResult
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement, partition_count_for, relocate
 from tfonline.repository import Repository
 from tfonline.setting import (
@@ -155,7 +155,7 @@ class _Stop(Exception):
 
 class Runner:
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
-                 estimator=None, tuning: Tuning | None = None, reconfig: str = "online"):
+                 estimator=None, tuning: Tuning | None = None, reconfig: str = "online", patience: int | None = None):
         self.job = job
         self.reconfig = reconfig
         self.requested_setting = setting
@@ -167,6 +167,9 @@ class Runner:
         self.seed = seed
         self.max_steps = max_steps
         self.max_seconds = max_seconds
+        self.patience = patience
+        self._best_loss = math.inf  # the best smoothed loss, and its step, for the patience rule
+        self._best_step = 0
         self.quiet = quiet
         self.job_id = f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         # Container names allow letters, digits and "." only.
@@ -211,6 +214,8 @@ class Runner:
         self.tuning = tuning
         self.manager = None
         self.phase = "fixed"
+        self._tuning_overhead_s: float | None = None  # the tuner's, once it stopped
+        self._estimator_failed = False
         self._pause = threading.Event()
         self._history_points: list[tuple[int, float, float]] = []
         self._segment_loss_before = math.nan
@@ -244,6 +249,9 @@ class Runner:
         status, reason, error = "failed", "error", None
         self._job_recorded = False
         try:
+            for gone in repo.mark_interrupted():
+                logger.warning("job %s in %s was marked running, but its driver is gone: now interrupted",
+                               gone, self.db_path)
             node_count = self._node_count()
             extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
             setting = resolve_setting(self.requested_setting, node_count, extra_knobs=extra)
@@ -269,21 +277,19 @@ class Runner:
                             self.space, setting, self.job, self.repo, self.seed)
                         self.phase = self.manager.phase
                         self._record_phase(self.phase)
-                    self._ticker = Ticker(make_view(self.quiet))
+                    self._ticker = Ticker(_view(self.quiet))
                     status, reason = self._train()
                 except KeyboardInterrupt:
                     status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
                     raise
                 finally:
-                    if self._ticker.view is not None:  # the last status, and a terminal left as it was
-                        self._ticker.view.close(self._status())
-                    self._take_prepared(None)
-                    self._close_sessions()
-                    _close_all(self._opened_sessions)  # prepared, transition, and any a failed switch left
-                    if owned is not None:
-                        owned.stop()
-                    elif self.cluster is not None:
-                        self._reset_container()
+                    _each_step(  # every step runs, even when one before it raised
+                        self._close_view,  # the last status, and a terminal left as it was
+                        lambda: self._take_prepared(None),
+                        self._close_sessions,
+                        lambda: _close_all(self._opened_sessions),  # prepared, transition, a failed switch's
+                        owned.stop if owned is not None else self._reset_container if self.cluster else _nothing,
+                    )
         except _Stop as stop:
             status, reason, error = stop.status, stop.reason, stop.error
         except TfOnlineError as e:
@@ -301,6 +307,61 @@ class Runner:
         if error is not None:
             raise error
         return self._result(status, reason)
+
+    def _close_view(self) -> None:
+        view, self._ticker = self._ticker.view, Ticker(None)
+        if view is not None:
+            with contextlib.suppress(Exception):  # a display that fails leaves the job alone
+                view.close(self._status())
+
+    def _show_progress(self) -> None:
+        """Redraws the progress display; a display that fails (a closed stdout) is dropped and the job goes on."""
+        try:
+            self._ticker.view.update(self._status())
+        except Exception as e:
+            logger.debug("progress display dropped: %s", e)
+            self._ticker = Ticker(None)
+
+    def _stop_tuning(self, error: BaseException) -> None:
+        """A failing tuner degrades the job: it goes on, untuned, on its current setting.
+
+        The decision row says why ("tuning stopped at step N: ..."), the phase
+        becomes "untuned", and the report shows both.
+        """
+        reason = f"tuning stopped at step {self.step}: {type(error).__name__}: {_essence(str(error))}"
+        logger.warning("%s; the job goes on, untuned, on its current setting", reason)
+        manager, self.manager = self.manager, None
+        self._tuning_overhead_s = getattr(manager, "overhead_s", None)
+        self._segment_goal = None
+        self.phase = "untuned"
+        with contextlib.suppress(Exception):
+            self._take_prepared(None)
+        self.repo.insert("decisions", {
+            "job_id": self.job_id, "step": self.step, "phase": "untuned", "current_setting_id": self.setting_id,
+            "candidate_setting_id": self.setting_id, "loss": self.smoothed.value, "applied": 0, "reason": reason,
+            "types": "", "wall_time": time.time(),
+        }, replace=True)
+        self._record_phase("untuned")
+
+    @contextlib.contextmanager
+    def _tuner_faults(self):
+        """Turns an error of the tuner (or a schedule) into :meth:`_stop_tuning`; nothing else is caught."""
+        try:
+            yield
+        except (_Stop, TfOnlineError):  # the job's own stops, and a node's failure, stay what they are
+            raise
+        except Exception as e:
+            if self.manager is None:
+                raise
+            self._stop_tuning(e)
+
+    def _resume_after_stopped_tuning(self) -> None:
+        """Workers a failed decision had paused train on."""
+        if self._pause.is_set():
+            self._join_workers()
+            self._pause.clear()
+        with self._lock:
+            self._start_workers()
 
     def _node_count(self) -> int:
         arg = self.cluster_arg
@@ -497,10 +558,11 @@ class Runner:
             try:
                 while True:
                     if self.manager is not None:
-                        self._segment_goal = self.manager.segment_length() + self._warmup
-                        upcoming = getattr(self.manager, "upcoming", None)  # a schedule knows its next setting
-                        if upcoming is not None and upcoming() is not None:
-                            self._tuner.submit(self._prepare_ahead, upcoming())
+                        with self._tuner_faults():
+                            self._segment_goal = self.manager.segment_length() + self._warmup
+                            upcoming = getattr(self.manager, "upcoming", None)  # a schedule knows its next setting
+                            if upcoming is not None and upcoming() is not None:
+                                self._tuner.submit(self._prepare_ahead, upcoming())
                     switch = self._run_segment()
                     if self._pending_reconfiguration is not None:  # the job ends, or the next switch comes, first
                         self._record_reconfiguration_cost(ended=True)
@@ -509,8 +571,9 @@ class Runner:
                         break
                     self._switch(switch.candidate, plan(self.space.knobs, self.setting, switch.candidate,
                                                         self.reconfig))
-                    if self._observed is not None:  # trained under the old setting while the tuner decided
-                        self.manager.observe(self._observed)
+                    if self._observed is not None and self.manager is not None:  # trained while it decided
+                        with self._tuner_faults():
+                            self.manager.observe(self._observed)
             finally:  # workers a switch left running, when it failed
                 self._stop_event.set()
                 self._join_workers()
@@ -551,18 +614,22 @@ class Runner:
                 if self._retired_sessions and self._settled():  # no step runs on them any more
                     retired, self._retired_sessions = self._retired_sessions, []
                     _close_all(retired)
-                if self.estimator is not None and time.monotonic() >= self._next_estimate_at:
+                if self.estimator is not None and not self._estimator_failed \
+                        and time.monotonic() >= self._next_estimate_at:
                     self._estimate()
                 if self._ticker.due():
-                    self._ticker.view.update(self._status())
+                    self._show_progress()
                 if self.manager is None:
                     continue
                 if self._deciding is None:
-                    if self._segment_complete():
-                        self._hand_over_segment()
+                    with self._tuner_faults():
+                        if self._segment_complete():
+                            self._hand_over_segment()
                 elif self._deciding.done():
                     decision = self._take_decision()
-                    if decision.switch:  # _decide paused the workers unless the switch is live
+                    if decision is None:  # the tuner failed: the job goes on, untuned
+                        self._resume_after_stopped_tuning()
+                    elif decision.switch:  # _decide paused the workers unless the switch is live
                         switch = decision
                         break
         except NodeFailedError as e:
@@ -673,15 +740,20 @@ class Runner:
                 self._pause.set()  # the workers stop at their next iteration's end
         return decision, segment, old_phase
 
-    def _take_decision(self, ended: bool = False) -> Decision:
+    def _take_decision(self, ended: bool = False) -> Decision | None:
         """Records the background decision; a switch is then the caller's to make.
 
         When the job ``ended`` meanwhile, a decision to switch is recorded as
-        not applied, with the reason.
+        not applied, with the reason. None: the tuner failed, and tuning
+        stopped (:meth:`_stop_tuning`).
         """
         future, self._deciding = self._deciding, None
-        decision, segment, old_phase = future.result()
-        self._record_triple(self.manager.triples[-1], segment)
+        with self._tuner_faults():
+            decision, segment, old_phase = future.result()
+            triple = self.manager.triples[-1]
+        if self.manager is None:
+            return None
+        self._record_triple(triple, segment)
         if ended and decision.switch:
             decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
         self._record_decision(decision)
@@ -1008,7 +1080,9 @@ class Runner:
         cost = during = None  # the job ended before the new setting's first iteration: no cost measured
         if points:
             cost, during = switch_cost(points, n, *origin)
-            self.manager.record_cost(parts, cost)
+            if self.manager is not None:
+                with self._tuner_faults():
+                    self.manager.record_cost(parts, cost)
         self.repo.insert("reconfigurations", dict(pending, cost_s=cost, iterations_during=during,
                                                   wall_time=time.time()), replace=True)
 
@@ -1111,6 +1185,19 @@ class Runner:
                 raise _Stop("converged", f"target_loss {self.job.target_loss:g} reached (smoothed loss {smoothed:.4g})")
             if self.max_steps is not None and self.step >= self.max_steps:
                 raise _Stop("stopped", f"max_steps ({self.max_steps}) reached")
+            if self.patience is not None and self.smoothed.ready:
+                self._check_patience(smoothed)
+
+    def _check_patience(self, smoothed: float) -> None:
+        """Stops the job when the smoothed loss has not improved for ``patience`` iterations (the caller holds
+        the lock)."""
+        if smoothed < self._best_loss - PATIENCE_MIN_IMPROVEMENT * abs(self._best_loss):
+            self._best_loss, self._best_step = smoothed, self.step
+        elif self.step - self._best_step >= self.patience:
+            raise _Stop("stopped", f"the loss stopped improving: smoothed loss {smoothed:.4g}, best {self._best_loss:.4g}"
+                                   f" at step {self._best_step}, none {PATIENCE_MIN_IMPROVEMENT:.1%} better in "
+                                   f"{self.patience} iterations (patience); target_loss {self.job.target_loss:g} "
+                                   f"not reached")
 
     def _estimate(self) -> None:
         """Fits the estimator on the current segment and records its estimate.
@@ -1132,8 +1219,17 @@ class Runner:
         self._last_estimate_step = points[-1][0]
         steps, losses, walls = zip(*points)
         earlier = tuple(zip(*history))[:2] if history else None
-        self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
-        remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
+        try:
+            self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
+            remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
+            if remaining is not None:
+                remaining = float(remaining)
+        except Exception as e:  # a plug-in's bug costs the ETA, not the job
+            self._estimator_failed = True
+            reason = f"the estimator {self.estimator.name!r} failed: {type(e).__name__}: {_essence(str(e))}"
+            logger.warning("%s; the job goes on without an ETA", reason)
+            self.last_estimate = (None, None, reason)
+            return
         per_iteration_s = (walls[-1] - walls[0]) / (steps[-1] - steps[0])
         remaining_s = None if remaining is None else remaining * per_iteration_s
         self.last_estimate = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
@@ -1176,9 +1272,11 @@ class Runner:
             "max_seconds": self.max_seconds, "started_at": self.started_at, "node_count": node_count,
             "knob_space": json.dumps(space), "host": platform.node(), "tf_version": tf.__version__,
             "python": platform.python_version(), "seed": self.seed, "tuned": int(self.tuning is not None and self.tuning.schedule is None),
+            "driver_host": platform.node(), "driver_pid": os.getpid(), "heartbeat_at": time.time(),
         })
         self.repo.flush()
         self._job_recorded = True
+        self.repo.beat_for(self.job_id)
 
     def _record_setting(self, setting) -> None:
         self.repo.insert("settings", {"id": setting_key(setting), "knobs": json.dumps(setting, sort_keys=True),
@@ -1249,7 +1347,7 @@ class Runner:
             "completion_time_s": finished - self.started_at, "iterations": self.step,
             "final_loss": self.smoothed.value if self.smoothed.count else None,
             "first_iteration_at": self.first_iteration_at,
-            "tuning_overhead_s": self.manager.overhead_s if self.manager is not None else None,
+            "tuning_overhead_s": self.manager.overhead_s if self.manager is not None else self._tuning_overhead_s,
         }
         with contextlib.suppress(Exception):
             self.repo.update("jobs", self.job_id, values)
@@ -1262,6 +1360,34 @@ class Runner:
             completion_time_s=time.time() - self.started_at, time_to_first_iteration_s=first,
             final_loss=self.smoothed.value if self.smoothed.count else None, db=self.db_path,
         )
+
+
+def _nothing() -> None:
+    pass
+
+
+def _view(quiet: bool):
+    """The progress display, or None when quiet or when it cannot be made (the job runs without it)."""
+    try:
+        return make_view(quiet)
+    except Exception as e:
+        logger.debug("no progress display: %s", e)
+        return None
+
+
+def _each_step(*steps) -> None:
+    """Runs every step, even when one before it raised; then raises the first error (later ones are logged)."""
+    first = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:
+            if first is None:
+                first = e
+            else:
+                logger.warning("a clean-up step failed as well: %s: %s", type(e).__name__, e)
+    if first is not None:
+        raise first
 
 
 def _side_by_side(calls, what: str, why: str = "a node is gone", timeout_s: float = CLEANUP_TIMEOUT_S) -> list[bool]:

@@ -3,7 +3,7 @@
     tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--compare JOB ...]
     tfonline upgrade DB
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
-    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N]
+    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--bind ADDRESS]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
 TensorFlow is imported only by ``node``.
@@ -83,6 +83,8 @@ def _estimate_quality(args) -> int:
 
 
 def _node(args) -> int:
+    from tfonline._confine import BIND_VARIABLE, bound_to, check_bind_address, check_listening, is_wildcard
+
     addresses = [a.strip() for a in args.cluster.split(",") if a.strip()]
     if not 0 <= args.index < len(addresses):
         raise ConfigurationError(f"--index must be in [0, {len(addresses) - 1}] for {len(addresses)} addresses, "
@@ -90,10 +92,21 @@ def _node(args) -> int:
     for name in ("intra", "inter"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    bind = check_bind_address(args.bind, "--bind")
+    if is_wildcard(bind):
+        print("tfonline: warning: this node listens on every interface, without authentication: anyone who "
+              "reaches it can run any TensorFlow op as this user", file=sys.stderr)
+    elif os.environ.get(BIND_VARIABLE) != bind:
+        # The bind library acts only when preloaded at the process's start: start again with it.
+        argv = [sys.executable, "-m", "tfonline.cli", "node", "--cluster", args.cluster, "--index", str(args.index),
+                "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind]
+        sys.stdout.flush()
+        os.execve(sys.executable, argv, bound_to(dict(os.environ), bind))
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfonline._node import _server_description, start_server
 
     server = start_server(addresses, args.index, args.intra, args.inter)
+    check_listening(os.getpid(), int(addresses[args.index].rsplit(":", 1)[1]), bind, f"node {args.index}")
     print(json.dumps(_server_description(server)), flush=True)
     # Sleep in Python rather than in server.join(): a signal handler only
     # runs when the main thread is in the interpreter.
@@ -103,6 +116,18 @@ def _node(args) -> int:
             time.sleep(3600)
     except KeyboardInterrupt:
         os._exit(0)
+
+
+NODE_HELP = """\
+Serve one node of a cluster for run(cluster=[...]).
+
+A TensorFlow server has no authentication: anyone who can connect to its port
+can run any TensorFlow operation as the user who started it (read and write
+files, read the model, end the job). This node therefore listens on --bind
+only, 127.0.0.1 by default, where only this host reaches it. Give --bind an
+address of another interface only on a trusted, isolated network (multi-host
+clusters belong on one); --bind 0.0.0.0 listens on every interface.
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,11 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--estimator", action="append", help="an estimator to assess (default: all registered)")
     quality.set_defaults(func=_estimate_quality)
     cores = os.cpu_count() or 1
-    node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))")
+    node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))", description=NODE_HELP,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
     node.add_argument("--cluster", required=True, help="every node's host:port, comma-separated, in order")
     node.add_argument("--index", type=int, required=True, help="this node's position in --cluster")
     node.add_argument("--intra", type=int, default=cores, help="intra_op_parallelism_threads (default: cores)")
     node.add_argument("--inter", type=int, default=cores, help="inter_op_parallelism_threads (default: cores)")
+    node.add_argument("--bind", default="127.0.0.1",
+                      help="the one address to listen on (default 127.0.0.1: this host only; see above)")
     node.set_defaults(func=_node)
     return parser
 

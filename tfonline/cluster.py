@@ -25,11 +25,22 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from tfonline._confine import (
+    LOOPBACK,
+    check_bind_address,
+    check_listening,
+    confined_environment,
+    is_wildcard,
+    reserve_port,
+)
 from tfonline.exceptions import ClusterError, ConfigurationError, NodeFailedError
 
 logger = logging.getLogger("tfonline")
 
 DEFAULT_START_TIMEOUT_S = 120.0
+# A node that has not answered the driver's heartbeat for this long is taken as hung (stopped, deadlocked).
+DEFAULT_HEARTBEAT_TIMEOUT_S = 15.0
+HEARTBEAT_INTERVAL_S = 1.0
 
 
 def default_node_count(cores: int | None = None) -> int:
@@ -43,7 +54,8 @@ def default_node_count(cores: int | None = None) -> int:
     return max(3, cores + 2)
 
 
-def free_port(host: str = "127.0.0.1") -> int:
+def free_port(host: str = LOOPBACK) -> int:
+    """A port free on ``host`` now (another program may take it before it is used: for tests of given clusters)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
@@ -160,11 +172,32 @@ class _Process:
     popen: subprocess.Popen | _ForkedPopen
     log_path: str
     lines: queue.Queue = field(default_factory=queue.Queue)
+    serving: bool = False  # answers heartbeats from here on
+    last_ping: float = 0.0  # monotonic time of the last heartbeat sent
+    unanswered_since: float | None = None  # the first heartbeat sent since the last answer
 
     def read_stdout(self) -> None:
         for line in self.popen.stdout:
+            if line.strip() == "pong":
+                self.unanswered_since = None
+                continue
             self.lines.put(line)
         self.lines.put(None)
+
+    def silent_for(self, now: float) -> float:
+        """Sends a heartbeat when one is due; returns how long the node has left heartbeats unanswered."""
+        if not self.serving:
+            return 0.0
+        if now - self.last_ping >= HEARTBEAT_INTERVAL_S:
+            self.last_ping = now
+            if self.unanswered_since is None:
+                self.unanswered_since = now
+            try:
+                self.popen.stdin.write("ping\n")
+                self.popen.stdin.flush()
+            except (OSError, ValueError):
+                pass  # its end: poll() says so
+        return 0.0 if self.unanswered_since is None else now - self.unanswered_since
 
     def next_line(self, deadline: float) -> str:
         while True:
@@ -281,7 +314,10 @@ class _ForkServer:
         log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             with self._request_lock:
-                socket.send_fds(self._sock, [b"fork"], [stdin_r, stdout_w, log_fd])
+                try:
+                    socket.send_fds(self._sock, [b"fork"], [stdin_r, stdout_w, log_fd])
+                except OSError as e:
+                    raise ClusterError(f"{self.gone()}; it cannot start node processes ({e.strerror})") from e
                 pid = self._reply(deadline, "fork a node")["forked"]
         except BaseException:
             os.close(stdin_w)
@@ -291,6 +327,12 @@ class _ForkServer:
             for fd in (stdin_r, stdout_w, log_fd):
                 os.close(fd)
         return _ForkedPopen(self, pid, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r))
+
+    def gone(self) -> str:
+        """Says that the fork server died, with its exit code and log."""
+        code = self.popen.poll()
+        how = f"with exit code {code}" if code is not None else "(its socket closed)"
+        return f"the fork server (pid {self.popen.pid}) died {how}; log: {_log_tail(self.log_path) or 'empty'}"
 
     def exit_code(self, pid: int) -> int | None:
         if pid in self._exits:
@@ -312,6 +354,10 @@ class _ForkServer:
             self.popen.wait()
 
 
+def _join(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -323,30 +369,57 @@ def _pid_alive(pid: int) -> bool:
 class LocalCluster(Cluster):
     """N node processes on this machine, each a ``tf.distribute.Server``.
 
+    The nodes listen on ``host`` only (loopback by default) and get only the
+    environment they need; each node's port is reserved by this object for
+    its lifetime (see :mod:`tfonline._confine`). A node that stops answering
+    the driver's heartbeat for ``heartbeat_timeout_s`` (stopped, or its
+    process hung) counts as failed, like one that died.
+
     Args:
         nodes: how many nodes; :func:`default_node_count` when None.
-        host: the interface the servers listen on.
+        host: the one address the servers listen on. Another address of this
+            host makes the nodes reachable from the network that address is
+            on, without authentication: only on a trusted, isolated network.
+            "0.0.0.0" listens on every interface, as TensorFlow does by itself.
         fork_server: fork nodes from one process that has imported TensorFlow
             (see :mod:`tfonline._node`), so that starting a node, or
             restarting one for new thread pools, takes milliseconds instead
             of an import of TensorFlow. Default: on Linux.
         start_timeout_s: how long a node may take to start serving.
         threads: every node's server thread pools, or one per node.
+        env: variables to give the node processes beyond those they get
+            anyway (:data:`tfonline._confine.NODE_ENV_NAMES` and prefixes).
+        heartbeat_timeout_s: how long a node may leave heartbeats unanswered.
     """
 
     def __init__(
         self,
         nodes: int | None = None,
-        host: str = "127.0.0.1",
+        host: str = LOOPBACK,
         fork_server: bool | None = None,
         start_timeout_s: float = DEFAULT_START_TIMEOUT_S,
         threads: NodeThreads | list[NodeThreads] | None = None,
+        env: dict[str, str] | None = None,
+        heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
     ):
         count = default_node_count() if nodes is None else nodes
         if isinstance(count, bool) or not isinstance(count, int) or count < 2:
             raise ConfigurationError(f"nodes must be an integer >= 2 (one ps and one worker), got {nodes!r}")
-        self.host = host
-        self.addresses = [f"{host}:{free_port(host)}" for _ in range(count)]
+        if env is not None and not (isinstance(env, dict) and all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+            raise ConfigurationError(f"env must be a dict of str to str, got {env!r}")
+        if isinstance(heartbeat_timeout_s, bool) or not isinstance(heartbeat_timeout_s, (int, float)) \
+                or not heartbeat_timeout_s > 0:
+            raise ConfigurationError(f"heartbeat_timeout_s must be a number > 0, got {heartbeat_timeout_s!r}")
+        self.host = check_bind_address(host, "host")
+        if is_wildcard(self.host):
+            logger.warning("the cluster's nodes listen on every interface (host=%r), without authentication", host)
+        self._extra_env = dict(env or {})
+        self._env = confined_environment(os.environ, self.host, self._extra_env)  # checked before any node starts
+        self._heartbeat_timeout_s = float(heartbeat_timeout_s)
+        advertised = LOOPBACK if is_wildcard(self.host) else self.host
+        self._reservations = [reserve_port(self.host) for _ in range(count)]
+        self.addresses = [_join(advertised, r.getsockname()[1]) for r in self._reservations]
         self._start_timeout_s = start_timeout_s
         self._use_fork_server = sys.platform.startswith("linux") if fork_server is None else fork_server
         self._fork_server: _ForkServer | None = None
@@ -369,9 +442,8 @@ class LocalCluster(Cluster):
 
     # -- processes -----------------------------------------------------------
 
-    @staticmethod
-    def _node_env() -> dict:
-        env = dict(os.environ)
+    def _node_env(self) -> dict:
+        env = dict(self._env)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         # XLA auto-clustering on CPU (the global_jit_level knob) only acts
         # when this flag is set in the process that executes the graph.
@@ -439,7 +511,9 @@ class LocalCluster(Cluster):
             if time.monotonic() > deadline:
                 raise ClusterError(f"{what} reported serving but its port does not answer")
             time.sleep(0.05)
+        check_listening(proc.popen.pid, int(self.addresses[index].rsplit(":", 1)[1]), self.host, what)
         self.served[index] = served
+        proc.serving = True
         self._procs[index] = proc
 
     def _start_nodes(self, indices: list[int]) -> None:
@@ -498,17 +572,43 @@ class LocalCluster(Cluster):
             self._start_nodes([index])
             return time.monotonic() - started
 
+    @property
+    def node_pids(self) -> list[int | None]:
+        """Each node's process id (None for a node not serving now)."""
+        return [None if p is None else p.popen.pid for p in self._procs]
+
+    @property
+    def fork_server_pid(self) -> int | None:
+        """The fork server's process id, while there is one."""
+        return None if self._fork_server is None else self._fork_server.popen.pid
+
     def check_alive(self) -> None:
+        """Raises :class:`NodeFailedError` for a node that died or stopped answering, or a dead fork server."""
+        now = time.monotonic()
         for index, proc in enumerate(self._procs):
-            if proc is not None and proc.popen.poll() is not None:
+            if proc is None:
+                continue
+            if proc.popen.poll() is not None:
                 raise NodeFailedError(
                     f"{self._describe(index)} died during the job with exit code {proc.popen.returncode}", index
                 )
+            silent_s = proc.silent_for(now)
+            if silent_s >= self._heartbeat_timeout_s:
+                # Killed, so that steps waiting on it fail at once instead of waiting for good.
+                proc.popen.kill()
+                raise NodeFailedError(
+                    f"{self._describe(index)} (pid {proc.popen.pid}) stopped answering: no heartbeat for "
+                    f"{silent_s:.0f} s (stopped or hung); it was killed", index
+                )
+        server = self._fork_server
+        if server is not None and server.popen.poll() is not None:
+            raise NodeFailedError(server.gone() + "; node restarts are no longer possible", None)
 
     @staticmethod
     def _end(proc: _Process | None, grace_s: float = 3.0) -> None:
         if proc is None:
             return
+        proc.serving = False
         popen = proc.popen
         if popen.poll() is None:
             try:
@@ -539,13 +639,22 @@ class LocalCluster(Cluster):
             cls._end(p)
 
     def stop(self) -> None:
-        """Stops every node process and the fork server; safe to call twice."""
+        """Stops every node process and the fork server, and frees the ports; safe to call twice.
+
+        Each step runs even when an earlier one raised (the first error is raised at the end).
+        """
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
-            self._end_all(self._procs)
-            self._procs = [None] * len(self.addresses)
-            if self._fork_server is not None:
-                self._fork_server.stop()
-                self._fork_server = None
+            try:
+                self._end_all(self._procs)
+            finally:
+                self._procs = [None] * len(self.addresses)
+                try:
+                    if self._fork_server is not None:
+                        self._fork_server.stop()
+                finally:
+                    self._fork_server = None
+                    for reservation in self._reservations:
+                        reservation.close()

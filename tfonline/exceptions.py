@@ -30,9 +30,9 @@ class ClusterError(TfOnlineError):
 
 
 class NodeFailedError(ClusterError):
-    """A node process died while a job was running on it."""
+    """A node process died or hung while a job was running on it (``node_index`` None: the fork server)."""
 
-    def __init__(self, message: str, node_index: int):
+    def __init__(self, message: str, node_index: int | None):
         super().__init__(message)
         self.node_index = node_index
 

@@ -15,6 +15,17 @@ REQUIRED_METHODS = {
     "optimizer_fn": "optimizer_fn(self)",
 }
 MODES = ("async", "sync")
+# The loss stopped improving: no new best smoothed loss, better by this fraction, for `patience` iterations.
+DEFAULT_PATIENCE = 5000
+PATIENCE_MIN_IMPROVEMENT = 1e-3
+
+
+class _FromClass:
+    def __repr__(self) -> str:
+        return "the class attribute"
+
+
+_FROM_CLASS = _FromClass()  # run(patience=...) not given: the class attribute holds
 
 
 @dataclass
@@ -49,15 +60,20 @@ class MLJobFramework:
     - ``optimizer_fn()`` returns a ``tf.compat.v1.train.Optimizer``.
 
     Class attributes set the stopping rule: ``target_loss`` (required),
-    ``max_steps``, ``max_seconds`` and ``smoothing_window`` (the span, in
+    ``max_steps``, ``max_seconds``, ``smoothing_window`` (the span, in
     iterations, of the exponential moving average the target is compared
-    with).
+    with) and ``patience``: the job also stops, with status "stopped", when
+    the smoothed loss has not improved on its best by at least
+    :data:`PATIENCE_MIN_IMPROVEMENT` (relative) for ``patience`` iterations,
+    the paper's second convergence rule, so that a job whose loss plateaus
+    above its target ends and says so. None turns that rule off.
     """
 
     target_loss: float | None = None
     max_steps: int | None = None
     max_seconds: float | None = None
     smoothing_window: int = 20
+    patience: int | None = DEFAULT_PATIENCE
 
     @property
     def name(self) -> str:
@@ -84,6 +100,7 @@ class MLJobFramework:
         seed: int = 0,
         max_steps: int | None = None,
         max_seconds: float | None = None,
+        patience: Any = _FROM_CLASS,
         quiet: bool = False,
         estimator: str = "hogwild",
         estimator_options: dict[str, Any] | None = None,
@@ -106,7 +123,8 @@ class MLJobFramework:
                 ``host:port`` node addresses, or a :class:`tfonline.cluster.Cluster`.
             nodes: how many nodes the embedded cluster starts.
             seed: the graph-level random seed.
-            max_steps, max_seconds: override the class attributes.
+            max_steps, max_seconds, patience: override the class attributes
+                (``patience=None`` never stops for a plateau).
             quiet: no progress lines.
             estimator: the registered name of the progress estimator
                 (see :func:`tfonline.estimator.available_estimators`).
@@ -149,6 +167,7 @@ class MLJobFramework:
         limits = (
             self.max_steps if max_steps is None else max_steps,
             self.max_seconds if max_seconds is None else max_seconds,
+            self.patience if patience is _FROM_CLASS else patience,
         )
         _check_limits(*limits)
         from tfonline._runner import Runner
@@ -183,7 +202,8 @@ class MLJobFramework:
 
         check_technique(reconfig)
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
-                      max_steps=limits[0], max_seconds=limits[1], quiet=quiet, estimator=progress,
+                      max_steps=limits[0], max_seconds=limits[1], patience=limits[2], quiet=quiet,
+                      estimator=progress,
                       tuning=plan, reconfig=reconfig).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
@@ -202,10 +222,12 @@ class MLJobFramework:
             raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
 
 
-def _check_limits(max_steps: Any, max_seconds: Any) -> None:
+def _check_limits(max_steps: Any, max_seconds: Any, patience: Any = None) -> None:
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
         raise ConfigurationError(f"max_steps must be an integer >= 1 or None, got {max_steps!r}")
     if max_seconds is not None and (
         isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not max_seconds > 0
     ):
         raise ConfigurationError(f"max_seconds must be a number > 0 or None, got {max_seconds!r}")
+    if patience is not None and (isinstance(patience, bool) or not isinstance(patience, int) or patience < 1):
+        raise ConfigurationError(f"patience must be an integer >= 1 (iterations) or None, got {patience!r}")

@@ -9,7 +9,9 @@ commits at least every ``commit_interval_s``.
 Schema (version :data:`SCHEMA_VERSION`), one row per:
 
 - ``jobs``: a run of an ``MLJobFramework``: name, script, status and why it
-  stopped, target, knob space, host and TensorFlow fingerprint.
+  stopped, target, knob space, host and TensorFlow fingerprint, and the
+  driver's host, pid and heartbeat (a job whose driver is gone without
+  saying so is "interrupted (driver gone)", see :func:`driver_gone`).
 - ``settings``: a resolved setting (all knobs), keyed by a content hash.
 - ``segments``: the iterations run under one setting, in order.
 - ``iterations``: one global step: worker, setting, execution time, loss.
@@ -20,18 +22,25 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 from __future__ import annotations
 
 import os
+import platform
 import queue
 import sqlite3
 import threading
 import time
+import urllib.parse
 from typing import Any, Iterator
 
 import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
+# A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
+# DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
+HEARTBEAT_INTERVAL_S = 5.0
+DRIVER_GONE_AFTER_S = 60.0
+DRIVER_GONE = "interrupted (driver gone)"
 
 _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "meta": ({"key": str, "value": str}, "key"),
@@ -62,6 +71,9 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "seed": int,
             "tuned": int,
             "tuning_overhead_s": float,
+            "driver_host": str,  # v4: where the driver ran, its pid and its last sign of life
+            "driver_pid": int,
+            "heartbeat_at": float,
         },
         "id",
     ),
@@ -173,9 +185,15 @@ def _open(path: str, create: bool) -> sqlite_utils.Database:
         if not os.access(parent, os.W_OK):
             raise RepositoryError(f"db must be a writable path, got {path!r}: {parent} is not writable")
     elif create and not os.access(path, os.W_OK):
-        raise RepositoryError(f"db must be a writable SQLite file, got {path!r}: permission denied")
+        raise RepositoryError(f"db must be a writable SQLite file, got {path!r}: it is read-only")
+    target, uri = path, False
+    if not create and not (os.access(path, os.W_OK) and os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)):
+        # A reader of a file on read-only storage: SQLite cannot make the WAL index beside it. With no WAL
+        # left (a job that ended checkpoints it), nobody can change the file through this storage.
+        wal = os.path.exists(path + "-wal")
+        target, uri = f"file:{urllib.parse.quote(os.path.abspath(path))}?{'mode=ro' if wal else 'immutable=1'}", True
     try:
-        conn = sqlite3.connect(path, check_same_thread=False, timeout=30)
+        conn = sqlite3.connect(target, check_same_thread=False, timeout=30, uri=uri)
         conn.execute("select count(*) from sqlite_master").fetchone()
     except sqlite3.OperationalError as e:
         raise RepositoryError(f"db must be a writable SQLite file path, got {path!r}: {e}") from e
@@ -201,6 +219,7 @@ class Repository:
         self._queue: queue.Queue = queue.Queue()
         self._writer: threading.Thread | None = None
         self._writer_error: BaseException | None = None
+        self._heartbeat_job: str | None = None
         try:
             if create:
                 self._create_schema()
@@ -211,22 +230,50 @@ class Repository:
     # -- schema --------------------------------------------------------------
 
     def _create_schema(self) -> None:
+        tables = self.db.table_names()
+        if tables and "meta" not in tables:
+            shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+            raise RepositoryError(
+                f"db must be a tfonline repository or a new file, got {self.path!r}: a SQLite file with other "
+                f"tables ({shown}); tfonline leaves it as it is"
+            )
+        if tables and not self._wants_changes():
+            return
         self.db.execute("PRAGMA journal_mode=WAL")
-        with self.db.conn:
-            version = self._stored_version() if self.db["meta"].exists() else None
-            if version is not None and not MIGRATES_FROM <= version <= SCHEMA_VERSION:
-                return  # not ours to change; _check_schema says why
-            for name, (columns, pk) in _TABLES.items():
-                if not self.db[name].exists():
-                    self.db[name].create(columns, pk=pk)
-                else:  # an older repository: add what later versions added
-                    have = set(self.db[name].columns_dict)
-                    for column, kind in columns.items():
-                        if column not in have:
-                            self.db[name].add_column(column, kind)
-            self.db["meta"].upsert({"key": "schema_version", "value": str(SCHEMA_VERSION)}, pk="key")
-        if "idx_iterations_segment" not in {i.name for i in self.db["iterations"].indexes}:
-            self.db["iterations"].create_index(["job_id", "segment"], index_name="idx_iterations_segment")
+        # One process at a time creates or upgrades the schema: BEGIN IMMEDIATE takes the write lock,
+        # and a second process waits for it, then finds the tables made.
+        conn = self.db.conn
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._create_tables()
+        except BaseException:
+            conn.rollback()
+            raise
+        conn.commit()
+
+    def _wants_changes(self) -> bool:
+        """Whether an existing tfonline file lacks a table, a column or the current version."""
+        if not self.db["meta"].exists() or self._stored_version() != SCHEMA_VERSION:
+            return True
+        return any(not self.db[name].exists() or set(columns) - set(self.db[name].columns_dict)
+                   for name, (columns, _) in _TABLES.items())
+
+    def _create_tables(self) -> None:
+        """Creates the tables, or adds what later versions added (the caller holds the write lock)."""
+        version = self._stored_version() if self.db["meta"].exists() else None
+        if version is not None and not MIGRATES_FROM <= version <= SCHEMA_VERSION:
+            return  # not ours to change; _check_schema says why
+        for name, (columns, pk) in _TABLES.items():
+            if not self.db[name].exists():
+                self.db[name].create(columns, pk=pk)
+            else:  # an older repository: add what later versions added
+                have = set(self.db[name].columns_dict)
+                for column, kind in columns.items():
+                    if column not in have:
+                        self.db[name].add_column(column, kind)
+        self.db.execute("insert or replace into meta (key, value) values ('schema_version', ?)",
+                        [str(SCHEMA_VERSION)])
+        self.db.execute("create index if not exists idx_iterations_segment on iterations (job_id, segment)")
 
     def _stored_version(self) -> int:
         row = self.db.execute("select value from meta where key = 'schema_version'").fetchone()
@@ -259,9 +306,18 @@ class Repository:
     def update(self, table: str, pk: Any, values: dict[str, Any]) -> None:
         self._submit(("update", table, pk, values))
 
+    def beat_for(self, job_id: str) -> None:
+        """Has the writer record ``job_id``'s heartbeat every :data:`HEARTBEAT_INTERVAL_S` while it runs."""
+        self._heartbeat_job = job_id
+        self.start_writer()
+
+    def _failed(self) -> RepositoryError:
+        e = self._writer_error
+        return RepositoryError(f"writing the repository {self.path!r} failed: {e}; what was committed before is kept")
+
     def _submit(self, op: tuple) -> None:
         if self._writer_error is not None:
-            raise RepositoryError(f"the repository writer failed: {self._writer_error}") from self._writer_error
+            raise self._failed() from self._writer_error
         if self._writer is None:
             self.start_writer()
         self._queue.put(op)
@@ -272,10 +328,14 @@ class Repository:
             return
         done = threading.Event()
         self._queue.put(("flush", done))
-        if not done.wait(timeout_s):
-            raise RepositoryError(f"the repository did not commit within {timeout_s:.0f} s")
+        deadline = time.monotonic() + timeout_s
+        while not done.wait(0.1):
+            if not self._writer.is_alive() or time.monotonic() > deadline:
+                if self._writer_error is None:
+                    raise RepositoryError(f"the repository did not commit within {timeout_s:.0f} s")
+                break
         if self._writer_error is not None:
-            raise RepositoryError(f"the repository writer failed: {self._writer_error}") from self._writer_error
+            raise self._failed() from self._writer_error
 
     def close(self) -> None:
         """Commits what is queued, stops the writer and closes the file."""
@@ -286,30 +346,48 @@ class Repository:
         self.db.conn.close()
 
     def _write_loop(self) -> None:
-        # The writer has a connection of its own: sqlite3 connections are not
-        # meant to be used by two threads at once.
-        db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=30))
-        db.execute("PRAGMA synchronous=NORMAL")
+        try:
+            # The writer has a connection of its own: sqlite3 connections are not
+            # meant to be used by two threads at once.
+            db = sqlite_utils.Database(sqlite3.connect(self.path, timeout=30))
+            db.execute("PRAGMA synchronous=NORMAL")
+            self._write(db)
+        except BaseException as e:  # the writer is gone: every later write and flush says why
+            if self._writer_error is None:
+                self._writer_error = e
+
+    def _write(self, db: sqlite_utils.Database) -> None:
+        next_beat = time.monotonic()
         while True:
-            ops = [self._queue.get()]
+            try:
+                ops = [self._queue.get(timeout=HEARTBEAT_INTERVAL_S if self._heartbeat_job else None)]
+            except queue.Empty:
+                ops = [("beat",)]  # nothing to write: only the heartbeat
             deadline = time.monotonic() + self._commit_interval_s
             while ops[-1][0] not in ("flush", "stop"):
                 try:
                     ops.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
                 except queue.Empty:
                     break
-            try:
-                with db.conn:
-                    for op in ops:
-                        if op[0] == "insert":
-                            _, table, row, replace = op
-                            pk = _TABLES[table][1]
-                            db[table].insert(row, pk=pk, replace=replace)
-                        elif op[0] == "update":
-                            _, table, pk, values = op
-                            db[table].update(pk, values)
-            except Exception as e:  # surfaced to the job on its next write
-                self._writer_error = e
+            beat = self._heartbeat_job is not None and time.monotonic() >= next_beat
+            if beat:
+                next_beat = time.monotonic() + HEARTBEAT_INTERVAL_S
+            if self._writer_error is None:
+                try:
+                    with db.conn:
+                        for op in ops:
+                            if op[0] == "insert":
+                                _, table, row, replace = op
+                                pk = _TABLES[table][1]
+                                db[table].insert(row, pk=pk, replace=replace)
+                            elif op[0] == "update":
+                                _, table, pk, values = op
+                                db[table].update(pk, values)
+                        if beat:  # the driver's sign of life (see driver_gone)
+                            db.execute("update jobs set heartbeat_at = ? where id = ?",
+                                       [time.time(), self._heartbeat_job])
+                except Exception as e:  # surfaced to the job on its next write
+                    self._writer_error = e
             if ops[-1][0] == "flush":
                 ops[-1][1].set()
             elif ops[-1][0] == "stop":
@@ -325,6 +403,50 @@ class Repository:
             yield dict(zip(names, values))
 
     def jobs(self, name: str | None = None) -> list[dict[str, Any]]:
+        """The jobs (all, or those of this name or id), oldest first; a job whose driver is gone
+        (:func:`driver_gone`) is shown as "interrupted" even where the file still says "running"."""
         if name is None:
-            return list(self.rows("select * from jobs order by started_at"))
-        return list(self.rows("select * from jobs where name = ? or id = ? order by started_at", (name, name)))
+            rows = list(self.rows("select * from jobs order by started_at"))
+        else:
+            rows = list(self.rows("select * from jobs where name = ? or id = ? order by started_at", (name, name)))
+        now = time.time()
+        for row in rows:
+            if driver_gone(row, now):
+                row.update(status="interrupted", stop_reason=DRIVER_GONE)
+        return rows
+
+    def mark_interrupted(self) -> list[str]:
+        """Records every job whose driver is gone as "interrupted (driver gone)", directly; returns their ids."""
+        gone = [row for row in self.rows("select * from jobs where status = 'running'") if driver_gone(row)]
+        with self.db.conn:
+            for row in gone:
+                self.db.execute("update jobs set status = 'interrupted', stop_reason = ?, finished_at = ? "
+                                "where id = ? and status = 'running'",
+                                [DRIVER_GONE, row.get("heartbeat_at") or row["started_at"], row["id"]])
+        return [row["id"] for row in gone]
+
+
+def driver_gone(job: dict[str, Any], now: float | None = None) -> bool:
+    """Whether a job recorded as running has lost its driver: its process is gone from this host, or its
+    heartbeat is older than :data:`DRIVER_GONE_AFTER_S` (a driver killed, or on a host that went away)."""
+    if job.get("status") != "running":
+        return False
+    pid = job.get("driver_pid")
+    if pid and job.get("driver_host") == platform.node() and not _process_alive(pid):
+        return True
+    beat = job.get("heartbeat_at")
+    return beat is not None and (now or time.time()) - beat > DRIVER_GONE_AFTER_S
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return True

@@ -273,6 +273,9 @@ def _tuning_lines(r: dict[str, Any]) -> list[str]:
     if r["decisions"]:
         lines.append("  decisions:       (step, loss, EI / switch cost in s: what was chosen and why)")
     for d in r["decisions"]:
+        if d["phase"] == "untuned":  # the tuner failed; the job went on without it
+            lines.append(f"    {d['step']:>7} {_fmt(d['loss'], '.4f'):>7}  {d['reason']}")
+            continue
         verdict = "switch to" if d["applied"] else "stay; best other"
         lines.append(f"    {d['step']:>7} {_fmt(d['loss'], '.4f'):>7}  {d['phase']:<9} "
                      f"EI {_fmt(d['expected_improvement_s'], '.3g'):>6} / {_fmt(d['cost_s'], '.3g'):>6}  "

@@ -8,7 +8,9 @@ in each segment; and the estimated remaining time against the actual one.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 from typing import Any
 
 import matplotlib
@@ -76,6 +78,18 @@ def _loss_plot(report: dict[str, Any], its: list[dict], xs: list[float], boundar
     return _save(fig, path)
 
 
+def file_stem(job_id: str) -> str:
+    """A file name for ``job_id`` that stays inside its folder whatever the id holds ("/", "..", NUL).
+
+    An id tfonline made is kept as it is; any other has its other characters
+    replaced and a hash of the id appended, so two ids never share a file.
+    """
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", str(job_id)).lstrip(".")[:100]
+    if safe == job_id:
+        return safe
+    return f"{safe or 'job'}-{hashlib.sha256(str(job_id).encode()).hexdigest()[:8]}"
+
+
 def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str]:
     """Draws one job's figures into ``folder``; returns their paths by name (:data:`PLOTS`)."""
     os.makedirs(folder, exist_ok=True)
@@ -83,7 +97,7 @@ def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str
     its = data["iterations"]
     t0 = report["started_at"]
     paths = {}
-    base = os.path.join(folder, report["id"])
+    base = os.path.join(folder, file_stem(report["id"]))
 
     marks = [m for m in data["reconfigurations"] if m["wall_time"] is not None]
     online = data["online"]
