@@ -10,7 +10,7 @@ DEMO_DB := demo-runs/demo.db
 
 .PHONY: install browser demo test bench bench-full clean
 
-$(STAMP): setup.py
+$(STAMP): setup.py patches/bind_address.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"

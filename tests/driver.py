@@ -1,4 +1,4 @@
-"""A driver process for the process tests: a job that runs until it is stopped."""
+"""A driver process for the process tests: a job that runs until it is stopped (or for argv[2] steps)."""
 
 import faulthandler
 import signal
@@ -12,6 +12,7 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # a test that waits in 
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 job = TinyLogR()
-job.target_loss = 1e-6  # never reached: the test stops the driver
+job.target_loss = 1e-6  # never reached: the test stops the driver, or max_steps (argv[2]) does
 job.max_seconds = 300
-job.run(db=sys.argv[1], nodes=2, quiet=True)
+job.run(db=sys.argv[1], nodes=2, quiet=True, patience=None,
+        max_steps=int(sys.argv[2]) if len(sys.argv) > 2 else None)

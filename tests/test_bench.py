@@ -8,6 +8,9 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, os.pardir, "benchmarks", "paper.py")
 

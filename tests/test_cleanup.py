@@ -5,7 +5,12 @@ from __future__ import annotations
 import logging
 import threading
 
+import pytest
+
 from tfonline._runner import _side_by_side
+
+
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
 
 def test_a_blocked_cleanup_is_abandoned_with_a_warning(caplog):

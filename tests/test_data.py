@@ -8,6 +8,9 @@ from tfonline.data import digits_dataset, hashed_sparse_dataset, libsvm_dataset,
 from tfonline.exceptions import ConfigurationError
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def _batches(ds, n):
     return [tf.nest.map_structure(lambda t: t.numpy(), b) for b in ds.take(n)]
 

@@ -13,6 +13,9 @@ from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def _fake_runs(db_path, per_iteration_s=(0.02, 0.01, 0.04, 0.03), alpha=40.0, l0=0.7, target=0.25, seed=0):
     """Runs that follow the same convergence curve at different speeds per iteration."""
     rng = np.random.default_rng(seed)

@@ -18,6 +18,9 @@ from tfonline.estimator import (
 )
 from tfonline.exceptions import ConfigurationError
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 SEEDS = [0, 1, 2, 3, 4]
 
 

@@ -57,9 +57,12 @@ def test_a_job_uses_a_third_party_estimator(site, cluster, db_path):  # noqa: F8
         "        self.t = float(segment.t[-1])\n"
         "    def _remaining(self, current, target):\n"
         "        return self.t, None\n"))
+    # A job of a fixed 6 s: SlowerLogR converges in about a second here, which could end before the first
+    # estimate (a full smoothing window, then one estimate a second).
     job = SlowerLogR()
-    job.max_seconds = 30
-    job.run(db=db_path, cluster=cluster, estimator="halfway", quiet=True)
+    job.target_loss = 1e-6
+    result = job.run(db=db_path, cluster=cluster, estimator="halfway", quiet=True, max_seconds=6, patience=None)
+    assert result.stop_reason == "max_seconds (6 s) reached"
     rows = sqlite3.connect(db_path).execute("select step, estimator, remaining_iterations from estimates").fetchall()
     assert rows and all(name == "halfway" for _, name, _ in rows)
     answered = [(step, remaining) for step, _, remaining in rows if remaining is not None]

@@ -130,6 +130,8 @@ def test_bad_target_loss(target, shown, db_path):
         ({"nodes": 3, "cluster": ["127.0.0.1:1", "127.0.0.1:2"]},
          "nodes is for the embedded cluster only, got nodes=3 with a cluster"),
         ({"nodes": 1}, r"nodes must be an integer >= 2 \(one ps, one worker\), got 1"),
+        ({"patience": 0}, r"patience must be an integer >= 1 \(iterations\) or None, got 0"),
+        ({"patience": 2.5}, r"patience must be an integer >= 1 \(iterations\) or None, got 2.5"),
         ({"cluster": "127.0.0.1:1"}, "cluster must be None, a list of 'host:port' addresses or a Cluster"),
         ({"cluster": ["nohost", "127.0.0.1:1"]}, "cluster addresses must look like 'host:port', got 'nohost'"),
         ({"cluster": ["127.0.0.1:1"]}, "cluster must be a list of at least 2 'host:port' addresses"),
@@ -147,6 +149,12 @@ def test_bad_db_paths(tmp_path):
         run_quick(TinyLogR(), str(notes))
     with pytest.raises(RepositoryError, match="db must be a writable SQLite file path"):
         run_quick(TinyLogR(), "/proc/tfonline-job.db")
+    other = tmp_path / "app.db"
+    sqlite3.connect(other).execute("create table orders (id)").connection.commit()
+    with pytest.raises(RepositoryError, match=r"^db must be a tfonline repository or a new file, got '.*app.db': "
+                                              r"a SQLite file with other tables \(orders\); tfonline leaves it as it is$"):
+        run_quick(TinyLogR(), str(other))
+    assert sqlite3.connect(other).execute("select name from sqlite_master").fetchall() == [("orders",)]
 
 
 def test_local_cluster_needs_two_nodes():

@@ -7,6 +7,9 @@ import pytest
 from tfonline.placement import Partition, balanced_placement, partition_count_for, ps_loads, relocate, shards_for
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def _random_partitions(seed: int, n: int) -> list[Partition]:
     rng = random.Random(seed)
     return [Partition(f"v{i}", (rng.randint(1, 5000),), "float32", 4 * rng.randint(1, 5000)) for i in range(n)]

@@ -13,23 +13,28 @@ import time
 import pytest
 from conftest import node_processes
 from jobs import TinyLogR
+from test_security import listening
 
+from tfonline.cli import main
 from tfonline.cluster import free_port
 from tfonline.exceptions import ConfigurationError
 
 HERE = os.path.dirname(__file__)
 
 
-def _start_driver(db_path):
+def _start_driver(db_path, *args, stderr_path=None):
     """The driver, its stderr to a file: a pipe nobody reads fills up, and a driver writing to it blocks for good."""
     env = dict(os.environ, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(db_path + ".stderr", "wb") as stderr:
-        return subprocess.Popen([sys.executable, os.path.join(HERE, "driver.py"), db_path], env=env,
-                                stdout=subprocess.DEVNULL, stderr=stderr)
+    stderr_path = stderr_path or db_path + ".stderr"
+    with open(stderr_path, "wb") as stderr:
+        driver = subprocess.Popen([sys.executable, os.path.join(HERE, "driver.py"), db_path, *map(str, args)],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    driver.stderr_path = stderr_path
+    return driver
 
 
 def _stderr(driver) -> str:
-    with open(driver.args[-1] + ".stderr", errors="replace") as f:
+    with open(driver.stderr_path, errors="replace") as f:
         return f.read()[-3000:]
 
 
@@ -70,14 +75,18 @@ def _wait_gone(pids, timeout_s=15.0) -> set[int]:
     return alive
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_signal_to_the_driver_stops_every_node(db_path, signum):
+@pytest.mark.parametrize("signals", [[signal.SIGTERM], [signal.SIGINT], [signal.SIGTERM, signal.SIGTERM]],
+                         ids=["SIGTERM", "SIGINT", "SIGTERM-during-clean-up"])
+def test_signal_to_the_driver_stops_every_node(db_path, signals):
+    """The third case interrupts the clean-up itself: the steps after the one interrupted still run."""
     driver = _start_driver(db_path)
     try:
         _wait_for_training(driver, db_path)
         nodes = node_processes(driver.pid)
         assert len(nodes) >= 3  # the fork server and the two nodes it forked
-        driver.send_signal(signum)
+        for i, signum in enumerate(signals):
+            time.sleep(0.3 * i)
+            driver.send_signal(signum)
         assert _wait_exit(driver) != 0
         assert _wait_gone(nodes) == set()
     finally:
@@ -87,11 +96,12 @@ def test_signal_to_the_driver_stops_every_node(db_path, signum):
     assert status == "interrupted"
 
 
-def test_sigkill_of_the_driver_keeps_committed_rows_and_no_node(db_path):
+def test_sigkill_of_the_driver_keeps_committed_rows_and_no_node(db_path, cluster, capsys):
     driver = _start_driver(db_path)
     try:
         committed = _wait_for_training(driver, db_path, at_least=100)
         nodes = node_processes(driver.pid)
+        assert len(nodes) >= 3  # the fork server and its two nodes, alive before the kill
         driver.kill()  # SIGKILL: no handler, no finally
         driver.wait()
     finally:
@@ -103,20 +113,48 @@ def test_sigkill_of_the_driver_keeps_committed_rows_and_no_node(db_path):
     assert len(rows) >= committed
     assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
     assert all(r[1] is not None and r[2] > 0 for r in rows)
-    assert conn.execute("select status from jobs").fetchone() == ("running",)  # it never got to say otherwise
+    (status, pid, started, beat), = conn.execute("select status, driver_pid, started_at, heartbeat_at from jobs")
+    assert status == "running" and pid == driver.pid and beat >= started  # it never got to say otherwise
+    # The report tells what happened...
+    assert main(["report", db_path, "--format", "json"]) == 0
+    (job,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert (job["status"], job["stop_reason"]) == ("interrupted", "interrupted (driver gone)")
+    # ... and the next job on the file records it.
+    assert TinyLogR().run(db=db_path, cluster=cluster, quiet=True).status == "converged"
+    (killed, _), (_, status) = conn.execute("select stop_reason, status from jobs order by started_at").fetchall()
+    assert (killed, status) == ("interrupted (driver gone)", "converged")
+
+
+def test_two_drivers_on_one_new_repository_both_finish_with_every_row(tmp_path):
+    db_path = str(tmp_path / "shared.db")
+    drivers = [_start_driver(db_path, 300, stderr_path=str(tmp_path / f"driver{i}.stderr")) for i in range(2)]
+    try:
+        codes = [_wait_exit(driver, timeout_s=180) for driver in drivers]
+    finally:
+        for driver in drivers:
+            driver.kill()
+    assert codes == [0, 0], [_stderr(d) for d in drivers]
+    conn = sqlite3.connect(db_path)
+    jobs = conn.execute("select id, status, iterations from jobs").fetchall()
+    assert [(status, n) for _, status, n in jobs] == [("stopped", 300), ("stopped", 300)]
+    for job_id, _, n in jobs:
+        steps = [s for (s,) in conn.execute("select step from iterations where job_id = ? order by step", (job_id,))]
+        assert steps == list(range(1, n + 1))
 
 
 def test_job_on_nodes_started_by_tfonline_node(db_path):
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    bind = [[], ["--bind", "127.0.0.1"]]  # loopback by default, and when asked
     nodes = [
         subprocess.Popen([sys.executable, "-m", "tfonline.cli", "node", "--cluster", ",".join(addresses),
-                          "--index", str(i)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                          "--index", str(i), *bind[i]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         for i in range(2)
     ]
     try:
         for i, node in enumerate(nodes):
             served = json.loads(node.stdout.readline())
             assert served["task_index"] == i and served["target"] == "grpc://" + addresses[i]
+            assert listening(node.pid) == [("127.0.0.1", int(addresses[i].rsplit(":", 1)[1]))]
         result = TinyLogR().run(db=db_path, cluster=addresses, quiet=True)
         assert result.status == "converged"
         assert all(node.poll() is None for node in nodes)  # tfonline leaves nodes it did not start running

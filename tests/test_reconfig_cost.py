@@ -8,6 +8,9 @@ import pytest
 from tfonline.reconfig.cost import switch_cost
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def _run(from_step, from_wall, old_pace, during, stall, new_pace, count, start_step=None):
     """The new setting's first ``count`` iterations after a switch that began after ``from_step``.
 

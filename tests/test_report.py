@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -54,9 +55,10 @@ def test_report_errors_are_one_line(tmp_path):
 
 
 def test_report_cli_does_not_import_tensorflow(finished_db):
-    code = ("import sys, tempfile; from tfonline.cli import main; main(['report', sys.argv[1]]); "
-            "d = tempfile.mkdtemp(); main(['report', sys.argv[1], '--format', 'json', '--html', d + '/r.html', "
-            "'--plots', d, '--compare', 'TinyLogR']); main(['upgrade', sys.argv[1]]); "
+    code = ("import sys, tempfile; from tfonline.cli import main; assert main(['report', sys.argv[1]]) == 0; "
+            "d = tempfile.mkdtemp(); assert main(['report', sys.argv[1], '--format', 'json', '--html', "
+            "d + '/r.html', '--plots', d, '--compare', 'TinyLogR']) == 0; "
+            "assert main(['upgrade', sys.argv[1]]) == 0; "
             "assert 'tensorflow' not in sys.modules, 'report imported TensorFlow'")
     out = subprocess.run([sys.executable, "-c", code, finished_db], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -284,7 +286,7 @@ def test_an_older_repository_says_how_to_upgrade_it(tmp_path):
     out = subprocess.run(cli + ["report", db], capture_output=True, text=True)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"tfonline: error: db has tfonline schema version 2, this tfonline reads version 3: {db!r} was written by "
+        f"tfonline: error: db has tfonline schema version 2, this tfonline reads version 4: {db!r} was written by "
         "an older tfonline; 'tfonline upgrade DB' upgrades it in place"]
     out = subprocess.run(cli + ["upgrade", db], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"{db}: upgraded in place to this tfonline's schema"
@@ -294,3 +296,23 @@ def test_an_older_repository_says_how_to_upgrade_it(tmp_path):
     out = subprocess.run(cli + ["upgrade", missing], capture_output=True, text=True)
     assert out.returncode == 1 and out.stderr.strip() == (
         f"tfonline: error: db must be an existing tfonline repository, got {missing!r}: no such file")
+
+
+def test_plots_stay_inside_their_folder_whatever_the_job_ids(tmp_path, capsys):
+    """Job ids are data from the file: one that looks like a path must not make the report write elsewhere."""
+    db = str(tmp_path / "runs.db")
+    repo = Repository(db)
+    hostile = ["../../escaped", "/tmp/absolute-escape", "a/../../b", "..", "plain-id"]
+    for i, job_id in enumerate(hostile):
+        repo.insert("jobs", {"id": job_id, "name": "J", "status": "failed", "started_at": 1.0 + i, "mode": "async",
+                             "tuned": 0, "target_loss": 0.5})
+    repo.close()
+    folder = tmp_path / "deep" / "plots"
+    before = {p for p in tmp_path.rglob("*")}
+    assert main(["report", db, "--plots", str(folder)]) == 0
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert written and all(folder in p.parents or p == folder for p in written if p.suffix == ".png")
+    assert {p.parent for p in written if p.is_file()} == {folder}
+    assert len([p for p in written if p.suffix == ".png"]) == 4 * len(hostile)  # no two jobs share a file
+    assert not os.path.exists("/tmp/absolute-escape-loss-time.png")
+    assert (folder / "plain-id-eta.png").exists()  # an id tfonline made keeps its name

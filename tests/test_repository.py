@@ -14,6 +14,9 @@ from tfonline.exceptions import RepositoryError
 from tfonline.repository import DRIVER_GONE, DRIVER_GONE_AFTER_S, SCHEMA_VERSION, Repository
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def test_schema_wal_and_writer(db_path):
     repo = Repository(db_path)
     assert repo.schema_version == SCHEMA_VERSION

@@ -6,6 +6,9 @@ from tfonline.exceptions import ConfigurationError
 from tfonline.setting import KNOB_NAMES, default_setting, resolve_setting, session_config, setting_key, short_form
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def test_table_has_the_eleven_knobs_of_the_paper():
     assert len(KNOB_NAMES) == 11
     assert KNOB_NAMES[:2] == ("ps", "worker")

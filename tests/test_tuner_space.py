@@ -11,6 +11,9 @@ from tfonline.setting import Knob, resolve_setting
 from tfonline.tuner.space import KnobSpace, knob_values, reconfiguration_types
 
 
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+
 def test_domains_come_from_the_cluster():
     space = KnobSpace(5, 4)
     assert space.values["ps"] == [1, 2, 3, 4] and space.values["worker"] == [1, 2, 3, 4]

@@ -332,6 +332,7 @@ class Runner:
         logger.warning("%s; the job goes on, untuned, on its current setting", reason)
         manager, self.manager = self.manager, None
         self._tuning_overhead_s = getattr(manager, "overhead_s", None)
+        self._deciding = None  # a decision still running is not taken
         self._segment_goal = None
         self.phase = "untuned"
         with contextlib.suppress(Exception):
@@ -345,21 +346,24 @@ class Runner:
 
     @contextlib.contextmanager
     def _tuner_faults(self):
-        """Turns an error of the tuner (or a schedule) into :meth:`_stop_tuning`; nothing else is caught."""
+        """Turns an error of the tuner (or a schedule) into :meth:`_stop_tuning`; nothing else is caught.
+
+        The workers a decision had paused train on: the monitor loop resumes them (:meth:`_run_segment`).
+        """
         try:
             yield
         except (_Stop, TfOnlineError):  # the job's own stops, and a node's failure, stay what they are
             raise
         except Exception as e:
-            if self.manager is None:
-                raise
-            self._stop_tuning(e)
+            if self.manager is not None:
+                self._stop_tuning(e)
+            else:  # tuning has stopped already
+                logger.debug("after tuning stopped: %s: %s", type(e).__name__, e)
 
-    def _resume_after_stopped_tuning(self) -> None:
-        """Workers a failed decision had paused train on."""
-        if self._pause.is_set():
-            self._join_workers()
-            self._pause.clear()
+    def _resume_untuned(self) -> None:
+        """Workers that a decision paused before tuning stopped train on, on the current setting."""
+        self._join_workers()
+        self._pause.clear()
         with self._lock:
             self._start_workers()
 
@@ -620,6 +624,8 @@ class Runner:
                 if self._ticker.due():
                     self._show_progress()
                 if self.manager is None:
+                    if self._pause.is_set() and not self._stop_event.is_set():
+                        self._resume_untuned()
                     continue
                 if self._deciding is None:
                     with self._tuner_faults():
@@ -627,9 +633,7 @@ class Runner:
                             self._hand_over_segment()
                 elif self._deciding.done():
                     decision = self._take_decision()
-                    if decision is None:  # the tuner failed: the job goes on, untuned
-                        self._resume_after_stopped_tuning()
-                    elif decision.switch:  # _decide paused the workers unless the switch is live
+                    if decision is not None and decision.switch:  # _decide paused the workers unless the switch is live
                         switch = decision
                         break
         except NodeFailedError as e:

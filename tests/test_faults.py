@@ -1,0 +1,183 @@
+"""Faults: a failing helper degrades the job; a hung node, a dead fork server or a full disk fail it clearly."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sqlite3
+import threading
+import time
+
+import numpy as np
+import pytest
+from conftest import node_processes
+from jobs import SlowerLogR, TinyLogR, TunedLogR
+from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
+
+from tfonline.cli import main
+from tfonline.cluster import LocalCluster
+from tfonline.exceptions import NodeFailedError, RepositoryError
+
+TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
+          "exploration_budget": None, "resume": False}
+
+
+def _rows(db, sql):
+    return sqlite3.connect(db).execute(sql).fetchall()
+
+
+def _after_iterations(db, n, then, timeout_s=120):
+    """Calls ``then()`` from a thread once the job in ``db`` has recorded ``n`` iterations; returns the thread
+    and a list that gets the time it was called."""
+    called = []
+
+    def wait():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if _rows(db, "select count(*) from iterations")[0][0] >= n:
+                    called.append(time.monotonic())
+                    then()
+                    return
+            except sqlite3.OperationalError:
+                pass  # not created yet
+            time.sleep(0.1)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, called
+
+
+def test_a_tuner_that_raises_stops_tuning_and_the_job_goes_on(cluster, db_path, monkeypatch, capsys):
+    """GPy's Cholesky failure, as GPy raises it, in every GP fit: the job converges untuned."""
+    import GPy
+
+    def not_positive_definite(*args, **kwargs):
+        raise np.linalg.LinAlgError("not positive definite, even with jitter.")
+
+    monkeypatch.setattr(GPy.util.linalg, "jitchol", not_positive_definite)
+    result = TunedLogR().run(db=db_path, cluster=cluster, tune=True, tuning=TUNING, quiet=True,
+                             space={"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2})
+    assert result.status == "converged", result.stop_reason
+    stopped = _rows(db_path, "select step, phase, applied, reason from decisions where phase = 'untuned'")
+    assert len(stopped) == 1
+    step, _, applied, reason = stopped[0]
+    assert applied == 0
+    assert reason == f"tuning stopped at step {step}: LinAlgError: not positive definite, even with jitter."
+    assert ("untuned",) in _rows(db_path, "select phase from phases")
+    last = _rows(db_path, "select max(step) from decisions")[0][0]
+    assert last == step  # no decision after it
+    assert result.iterations > step  # the job trained on after tuning stopped
+    assert main(["report", db_path]) == 0
+    assert f"tuning stopped at step {step}: LinAlgError" in capsys.readouterr().out
+
+
+BROKEN_ESTIMATOR = (
+    "from tfonline.estimator import BaseEstimator\n"
+    "class Broken(BaseEstimator):\n"
+    "    name = 'broken'\n"
+    "    def _fit(self, segment):\n"
+    "        raise ZeroDivisionError('a bug in the plug-in')\n"
+    "    def _remaining(self, current, target):\n"
+    "        return 0.0, None\n")
+
+
+def test_an_estimator_that_raises_costs_the_eta_not_the_job(site, cluster, db_path, capsys):  # noqa: F811
+    _install_distribution(site, "thirdparty-broken", "broken = thirdparty_broken:Broken", module=BROKEN_ESTIMATOR)
+    result = SlowerLogR().run(db=db_path, cluster=cluster, estimator="broken", quiet=False)
+    assert result.status == "converged", result.stop_reason
+    assert _rows(db_path, "select count(*) from estimates") == [(0,)]
+    last_line = capsys.readouterr().out.strip().splitlines()[-1]  # the display's last status
+    assert ("ETA unknown (the estimator 'broken' failed: ZeroDivisionError: a bug in the plug-in)"
+            in last_line), last_line
+
+
+class BreakingOutput(io.StringIO):
+    """A stdout whose reader went away: every write fails as a closed pipe does."""
+
+    writes = 0
+
+    def isatty(self):
+        return False
+
+    def write(self, text):
+        BreakingOutput.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("stdout", ["closed", "breaking"])
+def test_a_display_that_fails_leaves_the_job_alone(cluster, db_path, monkeypatch, stdout):
+    if stdout == "closed":
+        closed = io.StringIO()
+        closed.close()
+        monkeypatch.setattr("sys.stdout", closed)
+    else:
+        BreakingOutput.writes = 0
+        monkeypatch.setattr("sys.stdout", BreakingOutput())
+    job = TinyLogR()
+    result = job.run(db=db_path, cluster=cluster, quiet=False)
+    assert result.status == "converged", result.stop_reason
+    if stdout == "breaking":
+        assert BreakingOutput.writes >= 1  # the display did try, and failed
+
+
+def test_a_stopped_node_is_detected_named_and_killed(db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-6  # never reached
+    with LocalCluster(2, heartbeat_timeout_s=2.0) as c:
+        pids = list(c.node_pids)
+        thread, stopped_at = _after_iterations(db_path, 20, lambda: os.kill(pids[0], signal.SIGSTOP))
+        with pytest.raises(NodeFailedError, match=rf"node 0 \(127\.0\.0\.1:\d+\) \(pid {pids[0]}\) stopped answering: "
+                                                  r"no heartbeat for \d+ s \(stopped or hung\); it was killed"):
+            job.run(db=db_path, cluster=c, quiet=True, max_seconds=120)
+        detected_after_s = time.monotonic() - stopped_at[0]
+        thread.join()
+    assert detected_after_s < 45  # heartbeat 2 s, then the job's bounded clean-up
+    assert not (set(pids) & node_processes())
+    (status, reason), = _rows(db_path, "select status, stop_reason from jobs")
+    assert status == "failed" and "stopped answering" in reason
+
+
+def test_a_dead_fork_server_fails_the_job_naming_it_and_leaves_no_node(db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-6
+    with LocalCluster(2) as c:
+        nodes, server = list(c.node_pids), c.fork_server_pid
+        thread, _ = _after_iterations(db_path, 20, lambda: os.kill(server, signal.SIGKILL))
+        with pytest.raises(NodeFailedError, match=rf"the fork server \(pid {server}\) died with exit code -9; "
+                                                  r"log: .*; node restarts are no longer possible"):
+            job.run(db=db_path, cluster=c, quiet=True, max_seconds=120)
+        thread.join()
+    deadline = time.monotonic() + 10
+    while set(nodes) & node_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (set(nodes) & node_processes())  # forked by the dead server, stopped by the cluster all the same
+
+
+def test_a_plateau_above_the_target_stops_the_job_with_that_reason(cluster, db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-6  # far below the loss this model can reach
+    result = job.run(db=db_path, cluster=cluster, quiet=True, patience=150, max_seconds=120)
+    assert result.status == "stopped"
+    assert result.stop_reason.startswith("the loss stopped improving: smoothed loss ")
+    assert "none 0.1% better in 150 iterations (patience); target_loss 1e-06 not reached" in result.stop_reason
+    assert _rows(db_path, "select status, stop_reason from jobs") == [("stopped", result.stop_reason)]
+
+
+def test_a_full_disk_stops_the_job_with_a_clear_error_and_keeps_what_was_committed(cluster, tmpfs, capsys):
+    db = str(tmpfs("640k", "full") / "runs.db")
+    job = TinyLogR()
+    job.target_loss = 1e-6
+    with pytest.raises(RepositoryError, match=r"writing the repository '.*runs.db' failed: database or disk is "
+                                              r"full; what was committed before is kept"):
+        job.run(db=db, cluster=cluster, quiet=True, patience=None, max_seconds=120)
+    con = sqlite3.connect(db)
+    assert con.execute("pragma integrity_check").fetchone() == ("ok",)
+    steps = [s for (s,) in con.execute("select step from iterations order by step")]
+    assert len(steps) >= 10 and steps == list(range(1, len(steps) + 1))  # committed, in order, none lost between
+    capsys.readouterr()
+    assert main(["report", db, "--format", "json"]) == 0
+    (reported,) = json.loads(capsys.readouterr().out)["jobs"]
+    assert reported["iterations"] >= len(steps)
