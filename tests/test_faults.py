@@ -58,9 +58,13 @@ def test_a_tuner_that_raises_stops_tuning_and_the_job_goes_on(cluster, db_path, 
         raise np.linalg.LinAlgError("not positive definite, even with jitter.")
 
     monkeypatch.setattr(GPy.util.linalg, "jitchol", not_positive_definite)
-    result = TunedLogR().run(db=db_path, cluster=cluster, tune=True, tuning=TUNING, quiet=True,
-                             space={"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2})
-    assert result.status == "converged", result.stop_reason
+    # No random phase, so the first decision fits the GP; a job of a fixed 4,000 steps, so it cannot end first.
+    job = TunedLogR()
+    job.target_loss = 1e-6
+    result = job.run(db=db_path, cluster=cluster, tune=True, tuning=dict(TUNING, random_settings=0), quiet=True,
+                     space={"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2},
+                     max_steps=4000, patience=None)
+    assert result.stop_reason == "max_steps (4000) reached"
     stopped = _rows(db_path, "select step, phase, applied, reason from decisions where phase = 'untuned'")
     assert len(stopped) == 1
     step, _, applied, reason = stopped[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import shutil
@@ -16,7 +15,7 @@ import uuid
 
 import pytest
 
-from tfonline.cluster import LocalCluster, free_port
+from tfonline.cluster import LocalCluster
 from tfonline.exceptions import ConfigurationError
 
 

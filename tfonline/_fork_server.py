@@ -1,0 +1,167 @@
+"""The driver's side of the fork server of :mod:`tfonline._node`.
+
+One process imports TensorFlow once and forks a ready node process for each
+request (see :mod:`tfonline._node` for the protocol). :class:`ForkServer`
+starts it and asks it for nodes; :class:`ForkedPopen` is the part of
+:class:`subprocess.Popen` the cluster uses, for one forked node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from tfonline.exceptions import ClusterError
+
+
+def log_tail(path: str, n: int = 3) -> str:
+    """The last ``n`` meaningful lines of a node's log, joined by " | "."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip() and not ln.startswith(("I0000", "WARNING: All log"))]
+    except OSError:
+        return ""
+    return " | ".join(lines[-n:])
+
+
+class ForkedPopen:
+    """The part of :class:`subprocess.Popen` the cluster uses, for a node forked by the fork server."""
+
+    def __init__(self, server: ForkServer, pid: int, stdin, stdout):
+        self._server = server
+        self.pid = pid
+        self.stdin = stdin
+        self.stdout = stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"node pid {self.pid}", timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+class ForkServer:
+    """Driver side of the fork server of :mod:`tfonline._node`: one process
+    with TensorFlow imported that forks ready node processes on request."""
+
+    def __init__(self, env: dict, log_path: str):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log_path = log_path
+        with open(log_path, "w") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "tfonline._node", "--fork-server", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+            )
+        theirs.close()
+        self._sock = ours
+        self._replies: queue.Queue = queue.Queue()
+        self._exits: dict[int, int] = {}
+        self._request_lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True, name="tfonline-fork-server").start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                packet = self._sock.recv(1024)
+            except OSError:
+                packet = b""
+            if not packet:
+                self._replies.put(None)
+                return
+            message = json.loads(packet)
+            if "exit" in message:
+                self._exits[message["exit"]] = message["code"]
+            else:
+                self._replies.put(message)
+
+    def _reply(self, deadline: float, what: str) -> dict:
+        try:
+            message = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            raise ClusterError(f"the fork server did not {what} in time; log: {log_tail(self.log_path)}") from None
+        if message is None:
+            code = self.popen.wait()
+            raise ClusterError(f"the fork server exited with code {code}; log: {log_tail(self.log_path)}")
+        return message
+
+    def wait_imported(self, deadline: float) -> None:
+        self._reply(deadline, "import TensorFlow")
+
+    def fork(self, log_path: str, deadline: float) -> ForkedPopen:
+        stdin_r, stdin_w = os.pipe()
+        stdout_r, stdout_w = os.pipe()
+        log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            with self._request_lock:
+                try:
+                    socket.send_fds(self._sock, [b"fork"], [stdin_r, stdout_w, log_fd])
+                except OSError as e:
+                    raise ClusterError(f"{self.gone()}; it cannot start node processes ({e.strerror})") from e
+                pid = self._reply(deadline, "fork a node")["forked"]
+        except BaseException:
+            os.close(stdin_w)
+            os.close(stdout_r)
+            raise
+        finally:
+            for fd in (stdin_r, stdout_w, log_fd):
+                os.close(fd)
+        return ForkedPopen(self, pid, os.fdopen(stdin_w, "w"), os.fdopen(stdout_r))
+
+    def gone(self) -> str:
+        """Says that the fork server died, with its exit code and log."""
+        code = self.popen.poll()
+        how = f"with exit code {code}" if code is not None else "(its socket closed)"
+        return f"the fork server (pid {self.popen.pid}) died {how}; log: {log_tail(self.log_path) or 'empty'}"
+
+    def exit_code(self, pid: int) -> int | None:
+        if pid in self._exits:
+            return self._exits[pid]
+        if self.popen.poll() is not None and not _pid_alive(pid):
+            return -1  # exited after the fork server did: its code is unknown
+        return None
+
+    def stop(self) -> None:
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.popen.wait(timeout=3.0)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
