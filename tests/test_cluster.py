@@ -70,7 +70,7 @@ def test_a_node_process_that_cannot_start_is_a_cluster_error(monkeypatch, fork_s
 def test_an_aborted_step_is_run_again_but_not_forever_and_other_errors_are_not():
     import tensorflow as tf
 
-    from tfonline._runner import run_retrying_aborts
+    from tfonline._calls import run_retrying_aborts
 
     calls = []
 

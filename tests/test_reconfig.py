@@ -233,7 +233,7 @@ def test_a_schedule_cannot_change_the_thread_pools_of_nodes_tfonline_did_not_sta
                        schedule=[(5, {"intra_op_parallelism_threads": other})])
 
 
-def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_nodes, db_path, monkeypatch):
+def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_nodes, db_path):
     """Asynchronous, ps 1 -> 3 -> 2, workers 2 -> 3 -> 2 and a session knob, on a counter every push adds 1 to.
 
     No switch stops the workers: each goes on to the new setting at its own next iteration boundary, so
@@ -243,25 +243,23 @@ def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_n
     partition ends between N - its bound and N + 1 (N recorded pushes; + 1: the other worker's last
     step, which lands after the stop and is not recorded). A partition that never moved loses none.
     """
-    from tfonline import _runner
+    from tfonline.reconfig.tensorflow import TensorFlowReconfig
 
     final = []
-    train = _runner.Runner._train
 
-    def train_then_read(self):
-        outcome = train(self)
-        chief = self.graphs[0]
-        final.append(np.concatenate([np.ravel(v) for v in self._sessions[0].run(chief.model_variables)]))
-        return outcome
+    class ReadAtTheEnd(TensorFlowReconfig):
+        def close(self):  # the job ends: its sessions are still open
+            chief = self.engine.graphs[0]
+            final.append(np.concatenate([np.ravel(v) for v in self.engine.sessions[0].run(chief.model_variables)]))
+            super().close()
 
-    monkeypatch.setattr(_runner.Runner, "_train", train_then_read)
     job = CounterJob()
     # A live switch is made once it is prepared, while the workers train: the steps are far enough apart
     # for that to happen between them (this job takes 100 to 300 steps a second here; preparing a switch,
     # about a second). The counter must stay below 1000, where the loss reaches 0.
     schedule = [(50, {"ps": 3}), (400, {"ps": 2, "worker": 3}), (750, {"worker": 2, "do_function_inlining": False})]
     result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster=five_nodes, max_steps=990, quiet=True,
-                     schedule=schedule)
+                     schedule=schedule, backend=ReadAtTheEnd)
     pushes = result.iterations
     assert pushes == 990
     (counter,) = final
@@ -291,23 +289,21 @@ def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_n
 
 
 @pytest.mark.parametrize("victim", [0, 2])
-def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monkeypatch, victim):
+def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, victim):
     """A ps node (0) or the new setting's worker (2) killed as the switch to ps 2 opens its sessions.
 
     Without the watch the driver hung for good inside a TensorFlow call (NOTES.md).
     """
-    from tfonline import _runner
+    from tfonline.reconfig.tensorflow import TensorFlowReconfig
 
     opened = []
 
-    def open_then_kill(self, setting, *args):
-        opened.append(setting["ps"])
-        if len(opened) == 2:  # the switch, not the job's start
-            os.kill(self.cluster._procs[victim].popen.pid, signal.SIGKILL)
-        return original(self, setting, *args)
+    class KillAtTheSwitch(TensorFlowReconfig):
+        def apply(self, old, new, plan, context):
+            opened.append(new["ps"])
+            os.kill(self.engine.cluster.node_pids[victim], signal.SIGKILL)
+            return super().apply(old, new, plan, context)
 
-    original = _runner.Runner._open
-    monkeypatch.setattr(_runner.Runner, "_open", open_then_kill)
     before = node_processes()
     # Caught during the switch, or at once after it when the switch itself did not need the node (the moved
     # partitions are created lazily, at the first step): either way the job fails, naming the node.
@@ -317,8 +313,8 @@ def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monke
         job = TinyLogR()
         job.target_loss = 1e-6  # not reached: the switch, made once it is prepared, comes first
         job.run(setting={"ps": 1, "worker": 1}, db=db_path, nodes=3, max_steps=5000, quiet=True,
-                       schedule=[(30, {"ps": 2})])
-    assert opened == [1, 2]
+                schedule=[(30, {"ps": 2})], backend=KillAtTheSwitch)
+    assert opened == [2]
     assert node_processes() == before  # every node it started is stopped
     conn = sqlite3.connect(db_path)
     status, reason = conn.execute("select status, stop_reason from jobs").fetchone()
@@ -326,43 +322,42 @@ def test_a_node_that_dies_during_a_switch_fails_the_job_naming_it(db_path, monke
     assert conn.execute("select max(step) from iterations").fetchone()[0] >= 30  # what was committed stays
 
 
-def test_odmr_creates_moved_partitions_at_their_first_use_and_releases_the_old_copies(five_nodes, db_path,
-                                                                                        monkeypatch):
+def test_odmr_creates_moved_partitions_at_their_first_use_and_releases_the_old_copies(five_nodes, db_path):
     """ps 1 -> 3: nothing is copied at the switch; the first step creates the moved blocks; then the old go."""
     import tensorflow as tf
 
-    from tfonline import _graph, _runner
+    from tfonline import _graph
+    from tfonline.reconfig.tensorflow import TensorFlowReconfig
 
     seen = {}
 
-    def created(runner, moves, where):
+    def created(engine, moves, where):
         graph = tf.Graph()
         with graph.as_default():
-            checks = [tf.raw_ops.VarIsInitializedOp(resource=_graph._handle(m, getattr(m, where), runner.container))
+            checks = [tf.raw_ops.VarIsInitializedOp(resource=_graph._handle(m, getattr(m, where), engine.container))
                       for m in moves]
-        with tf.compat.v1.Session(runner.cluster.target(0), graph=graph) as session:
+        with tf.compat.v1.Session(engine.cluster.target(0), graph=graph) as session:
             return session.run(checks)
 
-    publish, finish = _runner.Runner._publish, _runner.Runner._finish_transition
+    class Watched(TensorFlowReconfig):
+        def apply(self, old, new, plan, context):
+            switched = super().apply(old, new, plan, context)
+            if self.in_transition and "moves" not in seen:  # not published yet: the old graphs still train
+                seen["moves"] = self.moving
+                seen["at the switch"] = created(self.engine, seen["moves"], "destination")
+            return switched
 
-    def look_then_publish(self, new, steps, apply):
-        if self._transition is not None and "moves" not in seen:  # the workers still train on the old graphs
-            seen["moves"] = list(self._transition.moves)
-            seen["at the switch"] = created(self, seen["moves"], "destination")
-        return publish(self, new, steps, apply)
+        def settle(self, setting, swap):
+            moves = self.moving
+            seen["before the release"] = created(self.engine, moves, "destination") + created(
+                self.engine, moves, "source")
+            super().settle(setting, swap)
+            seen["after"] = created(self.engine, moves, "destination") + created(self.engine, moves, "source")
+            seen["graphs"] = [wg.ensure_op for wg in self.engine.graphs]
 
-    def finish_and_look(self):
-        moves = self._transition.moves
-        seen["before the release"] = created(self, moves, "destination") + created(self, moves, "source")
-        finish(self)
-        seen["after"] = created(self, moves, "destination") + created(self, moves, "source")
-        seen["graphs"] = [wg.ensure_op for wg in self.graphs]
-
-    monkeypatch.setattr(_runner.Runner, "_publish", look_then_publish)
-    monkeypatch.setattr(_runner.Runner, "_finish_transition", finish_and_look)
     # The switch is live (made once prepared, while the worker trains): the job runs long enough for it.
     result = CounterJob().run(setting={"ps": 1, "worker": 1}, db=db_path, cluster=five_nodes, max_steps=900,
-                              quiet=True, schedule=[(30, {"ps": 3})])
+                              quiet=True, schedule=[(30, {"ps": 3})], backend=Watched)
     assert result.iterations == 900
     moves = seen["moves"]
     assert len(moves) == 5 and all(m.source.startswith("/job:node/task:0/") for m in moves)  # 5 blocks of 8 leave ps 0

@@ -17,9 +17,11 @@ from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
-from tfonline.tuner.manager import CostModel, TuningManager, loss_trend, per_iteration_time
+from tfonline.timing import per_iteration_time
+from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
 from tfonline.setting import Knob
-from tfonline.tuner.space import KnobSpace, switch_parts
+from tfonline.reconfig import switch_parts
+from tfonline.tuner.space import KnobSpace
 
 DECISIONS = 40
 
@@ -191,15 +193,15 @@ def test_cost_model_learns_per_set_of_changed_parts():
 def test_a_switch_turning_xla_on_is_a_compile_part():
     space = sim.space()
     base = space.start({"ps": 1, "worker": 1, "global_jit_level": "OFF"})
-    assert switch_parts(space, base, dict(base, global_jit_level="ON_2", worker=2)) == {
+    assert switch_parts(space.knobs, base, dict(base, global_jit_level="ON_2", worker=2)) == {
         "global_jit_level=ON_2": "compile", "worker": "I-a"}
     on = dict(base, global_jit_level="ON_1")
-    assert switch_parts(space, on, base) == {"global_jit_level": "II"}
-    assert switch_parts(space, base, base) == {}
+    assert switch_parts(space.knobs, on, base) == {"global_jit_level": "II"}
+    assert switch_parts(space.knobs, base, base) == {}
     # With XLA staying on, a switch compiles again: new graphs and sessions.
-    assert switch_parts(space, on, dict(on, worker=2)) == {"global_jit_level=ON_1": "compile", "worker": "I-a"}
-    assert switch_parts(space, on, dict(on, global_jit_level="ON_2")) == {"global_jit_level=ON_2": "compile"}
-    assert switch_parts(space, on, on) == {}
+    assert switch_parts(space.knobs, on, dict(on, worker=2)) == {"global_jit_level=ON_1": "compile", "worker": "I-a"}
+    assert switch_parts(space.knobs, on, dict(on, global_jit_level="ON_2")) == {"global_jit_level=ON_2": "compile"}
+    assert switch_parts(space.knobs, on, on) == {}
 
 
 def test_exploring_stays_within_its_budget_and_exploiting_needs_none():

@@ -8,7 +8,8 @@ import pytest
 
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import Knob, resolve_setting
-from tfonline.tuner.space import KnobSpace, knob_values, reconfiguration_types
+from tfonline.reconfig import reconfiguration_types
+from tfonline.tuner.space import KnobSpace, knob_values
 
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
@@ -70,9 +71,9 @@ def test_an_added_knob_is_tuned_and_applied():
 def test_reconfiguration_types():
     space = KnobSpace(4, 2)
     base = space.start(resolve_setting({}, 4, 2))
-    assert reconfiguration_types(space, base, dict(base, worker=1)) == ["I-a"]
-    assert reconfiguration_types(space, base, dict(base, ps=2, worker=2, infer_shapes=True)) == ["I-a", "I-b", "II"]
-    assert reconfiguration_types(space, base, base) == []
+    assert reconfiguration_types(space.knobs, base, dict(base, worker=1)) == ["I-a"]
+    assert reconfiguration_types(space.knobs, base, dict(base, ps=2, worker=2, infer_shapes=True)) == ["I-a", "I-b", "II"]
+    assert reconfiguration_types(space.knobs, base, base) == []
 
 
 def test_log_grid():

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
+
 from typing import Any, Sequence
 
 from tfonline.exceptions import ConfigurationError, JobDefinitionError
+from tfonline.result import DEFAULT_PATIENCE, PATIENCE_MIN_IMPROVEMENT, RunResult  # noqa: F401 (documented here)
 
 REQUIRED_METHODS = {
     "input_fn": "input_fn(self, shard, num_shards)",
@@ -15,31 +16,12 @@ REQUIRED_METHODS = {
     "optimizer_fn": "optimizer_fn(self)",
 }
 MODES = ("async", "sync")
-# The loss stopped improving: no new best smoothed loss, better by this fraction, for `patience` iterations.
-DEFAULT_PATIENCE = 5000
-PATIENCE_MIN_IMPROVEMENT = 1e-3
-
-
 class _FromClass:
     def __repr__(self) -> str:
         return "the class attribute"
 
 
 _FROM_CLASS = _FromClass()  # run(patience=...) not given: the class attribute holds
-
-
-@dataclass
-class RunResult:
-    """What :meth:`MLJobFramework.run` returns."""
-
-    job_id: str
-    status: str  # converged | stopped | failed | interrupted | data_exhausted
-    stop_reason: str
-    iterations: int
-    completion_time_s: float
-    time_to_first_iteration_s: float | None
-    final_loss: float | None
-    db: str
 
 
 class MLJobFramework:
@@ -109,6 +91,7 @@ class MLJobFramework:
         tuning: dict[str, Any] | None = None,
         reconfig: str = "online",
         schedule: Sequence[tuple[int, dict[str, Any]]] | None = None,
+        backend: Any = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -144,7 +127,8 @@ class MLJobFramework:
                 in ``db``).
             reconfig: how a switch is made (see :mod:`tfonline.reconfig`):
                 ``"online"`` (the cheapest technique built for the change)
-                or ``"restart"`` (always read, rebuild and restore: the
+                ``"restart"`` (always read, rebuild and restore) or
+                ``"checkpoint"`` (save, restart every node, restore: the
                 baseline).
             schedule: instead of tuning, switch at given steps:
                 ``[(step, {knob: value, ...}), ...]``, steps increasing, each
@@ -152,6 +136,12 @@ class MLJobFramework:
                 comes at the first segment end at or after its step (a few
                 steps late at most). For reproducing a sequence of
                 switches; not with ``tune``.
+            backend: advanced: makes the job's switch backend,
+                ``backend(engine, technique, reset_container)`` returning a
+                :class:`tfonline.reconfig.Reconfig`; by default
+                :class:`tfonline.reconfig.tensorflow.TensorFlowReconfig`.
+                Tools and tests that watch or change how switches are
+                made subclass it.
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -192,7 +182,7 @@ class MLJobFramework:
         elif space is not None or extra_knobs or tuning is not None:
             raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
         if schedule is not None:
-            from tfonline.reconfig.schedule import check_schedule
+            from tfonline.tuner.schedule import check_schedule
             from tfonline.tuner import Tuning
 
             if tune:
@@ -204,7 +194,7 @@ class MLJobFramework:
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], patience=limits[2], quiet=quiet,
                       estimator=progress,
-                      tuning=plan, reconfig=reconfig).run()
+                      tuning=plan, reconfig=reconfig, backend=backend).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():

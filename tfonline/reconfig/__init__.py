@@ -71,88 +71,18 @@ sessions anew, restore the checkpoint, resume.
 
 """
 
-from __future__ import annotations
+from tfonline.reconfig.backend import Reconfig, SwitchContext, Switched
+from tfonline.reconfig.plan import (
+    COMPILING_KNOBS,
+    LAYOUT_KNOBS,
+    TECHNIQUES,
+    THREAD_KNOBS,
+    Plan,
+    check_technique,
+    plan,
+    reconfiguration_types,
+    switch_parts,
+)
 
-from dataclasses import dataclass
-from typing import Any, Mapping
-
-from tfonline.exceptions import ConfigurationError
-from tfonline.setting import Knob
-
-__all__ = ["Plan", "plan", "check_technique", "TECHNIQUES", "THREAD_KNOBS", "LAYOUT_KNOBS"]
-
-# What run(reconfig=...) accepts.
-TECHNIQUES = ("online", "restart", "checkpoint")
-# Knobs that live in the node servers' config: a change restarts the node.
-THREAD_KNOBS = ("intra_op_parallelism_threads", "inter_op_parallelism_threads")
-LAYOUT_KNOBS = ("ps", "worker")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How a switch is carried out.
-
-    Attributes:
-        types: the paper's types the change involves, sorted ("I-a", "I-b", "II").
-        changed: the knobs whose values change, in knob-table order.
-        technique: what the repository records: "ssr", "odmr", "tdr" joined
-            by "+" as the change needs them; "restart" or "checkpoint" for the baselines.
-        actions: what the technique does, in order, in words (recorded too).
-    """
-
-    types: tuple[str, ...]
-    changed: tuple[str, ...]
-    technique: str
-    actions: tuple[str, ...]
-
-    @property
-    def sessions_only(self) -> bool:
-        """Whether new sessions on the same graphs and nodes do it."""
-        return all(name not in THREAD_KNOBS and name not in LAYOUT_KNOBS for name in self.changed)
-
-
-def check_technique(technique: Any) -> str:
-    """``run(reconfig=...)``'s value, checked."""
-    if technique not in TECHNIQUES:
-        raise ConfigurationError(f"reconfig must be one of {', '.join(map(repr, TECHNIQUES))}, got {technique!r}")
-    return technique
-
-
-def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, Any],
-         technique: str = "online") -> Plan:
-    """The plan for a switch from ``old`` to ``new``; ``technique`` "restart" or "checkpoint" forces a baseline."""
-    check_technique(technique)
-    changed = tuple(name for name in knobs if old.get(name) != new.get(name))
-    types = tuple(sorted({knobs[name].reconfiguration for name in changed}))
-    if not changed:
-        return Plan(types, changed, "none", ())
-    if technique == "checkpoint":
-        return Plan(types, changed, "checkpoint", (
-            "save a checkpoint (tf.compat.v1.train.Saver)", "restart every node", "build graphs and sessions",
-            "restore the checkpoint"))
-    threads = any(name in THREAD_KNOBS for name in changed)
-    layout = any(name in LAYOUT_KNOBS for name in changed)
-    if technique == "restart":
-        return Plan(types, changed, "restart", tuple(
-            ["read variables"] + (["restart nodes for new thread pools"] if threads else [])
-            + ["open sessions on the new layout's graphs (built on its first use) and initialise them "
-               "(each worker skips its share of the batches read so far)", "restore variables"]))
-    if not (threads or layout):
-        return Plan(types, changed, "ssr", ("reopen sessions with the new ConfigProto",))
-    actions, parts = [], []
-    if threads:
-        actions += ["read the variables on ps nodes whose thread pools change",
-                    "restart the nodes whose thread pools change (forked, TensorFlow imported)"]
-    if "ps" in changed:
-        parts.append("odmr")
-        actions.append("create each partition the new placement map moves on its new node at its first use, "
-                       "from its old location; then release the old copies")
-    if layout:
-        parts.append("tdr")
-        actions.append("re-shard the input over the new workers (each skips its share of the batches read so far)")
-    if threads:
-        actions.append("restore the variables read from restarted nodes")
-    if any(knobs[name].reconfiguration == "II" for name in changed):
-        parts.append("ssr")
-    actions.append("open sessions on the new setting's graphs")
-    return Plan(types, changed, "+".join(parts), tuple(actions))
+__all__ = ["Reconfig", "Switched", "SwitchContext", "Plan", "plan", "check_technique", "reconfiguration_types", "switch_parts", "TECHNIQUES",
+           "THREAD_KNOBS", "LAYOUT_KNOBS", "COMPILING_KNOBS"]

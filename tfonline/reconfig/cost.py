@@ -6,7 +6,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tfonline.tuner.manager import per_iteration_time
+from tfonline.timing import per_iteration_time
 
 
 def switch_cost(points: Sequence[tuple[int, float, float]], workers: int, from_step: int, from_wall: float,

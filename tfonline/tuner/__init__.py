@@ -51,13 +51,14 @@ class Tuning:
             restrict.setdefault("inter_op_parallelism_threads", fixed_threads.inter_op_parallelism_threads)
         return KnobSpace(node_count, os.cpu_count() or 1, restrict, tuple(self.extra_knobs))
 
-    def manager(self, space: KnobSpace, start: dict[str, Any], job, repo, seed: int) -> TuningManager:
+    def manager(self, space: KnobSpace, start: dict[str, Any], job, repo, seed: int,
+                technique: str = "online") -> TuningManager:
         history = load_triples(repo, job.name, space) if self.resume else []
         return TuningManager(
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
-            history=history, exploration_budget=self.exploration_budget)
+            history=history, exploration_budget=self.exploration_budget, technique=technique)
 
 
 def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:

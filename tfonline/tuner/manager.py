@@ -4,8 +4,8 @@ A driver (the TensorFlow runner, or a simulator in the tests) runs the job in
 *segments*: iterations under one setting. At the end of each it hands the
 :class:`TuningManager` a :class:`SegmentRun`; the manager turns it into a
 triple ``(setting, loss before, R̂)``, decides the next setting, and returns a
-:class:`Decision`. The driver applies it through its ``Reconfig(old, new)``
-hook and reports the measured cost back with :meth:`TuningManager.record_cost`.
+:class:`Decision`. The driver carries out the decision's :class:`~tfonline.reconfig.Plan`
+through a :class:`~tfonline.reconfig.Reconfig` backend and reports the measured cost back with :meth:`TuningManager.record_cost`.
 
 Phases:
 
@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -49,7 +49,9 @@ from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation
-from tfonline.tuner.space import COMPILING_KNOBS, KnobSpace, reconfiguration_types, switch_parts
+from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
+from tfonline.timing import per_iteration_time
+from tfonline.tuner.space import KnobSpace
 
 # Before any switch that changed a part (see switch_parts) has been measured,
 # the part is taken to cost this many seconds, by its type: about what
@@ -70,7 +72,6 @@ CONFIDENCE = 0.8
 # How many times longer than the first an online segment may grow while the
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
-TUKEY_K = 3.0
 # The loss a triple and a suggestion are made at is the job's loss *trend*:
 # a straight line fitted to the latest this many iterations, read at the
 # segment's start (or end). A smoothed minibatch loss is too noisy for this:
@@ -116,8 +117,17 @@ class Triple:
         return self.remaining_s is not None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Decision:
+    """What the tuner decided at a segment's end, as the driver carries it out and the repository records it.
+
+    Immutable. ``plan`` is how the change from ``current`` to ``candidate``
+    is carried out (:func:`tfonline.reconfig.plan`, technique "none" when
+    they are equal): the change is classified once, by the manager that
+    decided it, and the driver follows the plan. ``parts`` name what the
+    switch changes as the cost model learns it.
+    """
+
     phase: str
     current: dict[str, Any]
     candidate: dict[str, Any]
@@ -125,25 +135,14 @@ class Decision:
     reason: str
     expected_improvement_s: float | None = None
     cost_s: float | None = None
-    types: list[str] = field(default_factory=list)
     overhead_s: float = 0.0
-    parts: list[str] = field(default_factory=list)  # what the switch changes, as the cost model names it
+    parts: tuple[str, ...] = ()
+    plan: Plan | None = None
 
-
-def per_iteration_time(walls: np.ndarray, warmup: int) -> float | None:
-    """Mean wall time per iteration after the warm-up, gaps beyond Tukey's far-out fence left out.
-
-    A gap between consecutive iterations above Q3 + 3·IQR (a stall of the
-    machine, a garbage collection) is an outlier of the timing, not of the
-    setting. Needs at least 3 iterations after the warm-up.
-    """
-    walls = np.asarray(walls, dtype=float)[warmup:]
-    if walls.size < 3:
-        return None
-    gaps = np.diff(walls)
-    q1, q3 = np.percentile(gaps, [25, 75])
-    kept = gaps[gaps <= q3 + TUKEY_K * (q3 - q1)]
-    return float(kept.mean()) if kept.size else float(gaps.mean())
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The paper's reconfiguration types of the change to the candidate."""
+        return self.plan.types if self.plan is not None else ()
 
 
 def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
@@ -162,7 +161,7 @@ def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
 class CostModel:
     """The expected cost of a switch, learnt per set of changed parts from measured costs.
 
-    A part is a changed knob (:func:`tfonline.tuner.space.switch_parts`).
+    A part is a changed knob (:func:`tfonline.reconfig.switch_parts`).
 
     - A set of parts measured before costs the mean of its measurements.
     - Otherwise each part costs at most the cheapest measured switch that
@@ -237,9 +236,10 @@ class TuningManager:
                  make_estimator: Callable[[], BaseEstimator], *, initial_iterations: int = 50,
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
-                 exploration_budget: float | None = EXPLORATION_BUDGET):
+                 exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online"):
         check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget)
         self.space = space
+        self.technique = technique  # how the driver switches (run(reconfig=...)): each decision's plan uses it
         self.current = dict(start)
         self.target_loss = target_loss
         self.make_estimator = make_estimator
@@ -291,7 +291,8 @@ class TuningManager:
         self.observe(run)
         self._charge_lost_time(triple, run)
         decision = self._decide(run)
-        decision.overhead_s = time.perf_counter() - started
+        decision = replace(decision, overhead_s=time.perf_counter() - started,
+                           plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
         self.overhead_s += decision.overhead_s
         if decision.switch:
             self.current = dict(decision.candidate)
@@ -354,8 +355,7 @@ class TuningManager:
                 budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
                 return Decision("random", current, candidate, candidate != current,
                                 f"initialisation: random setting {self.random_done} of {self.random_settings}{budget}",
-                                cost_s=cost, types=reconfiguration_types(self.space, current, candidate),
-                                parts=sorted(parts))
+                                cost_s=cost, parts=tuple(sorted(parts)))
             if late:
                 self.phase = "online"
                 ended = (f"random phase ended after {self.random_done} random setting(s): the loss has covered "
@@ -364,13 +364,12 @@ class TuningManager:
             else:
                 # The budget grows with the job (exploration_left): draw again later.
                 decision = self._online(run, explore=False)
-                decision.phase = "random"
-                decision.reason = (f"random setting {self.random_done + 1} of {self.random_settings} waits: no "
-                                   f"untried setting's switch fits the {left:.3g} s of exploration budget left; "
-                                   f"{decision.reason}")
+                decision = replace(decision, phase="random", reason=(
+                    f"random setting {self.random_done + 1} of {self.random_settings} waits: no untried setting's "
+                    f"switch fits the {left:.3g} s of exploration budget left; {decision.reason}"))
         if self.phase == "online":
             decision = self._online(run)
-            decision.reason = ended + decision.reason
+            decision = replace(decision, reason=ended + decision.reason)
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
@@ -401,14 +400,14 @@ class TuningManager:
         left = self.exploration_left()
         if left is None:
             candidate = self.space.sample(self.rng, exclude=tried)
-            parts = switch_parts(self.space, current, candidate)
+            parts = switch_parts(self.space.knobs, current, candidate)
             return candidate, parts, self.costs.estimate(parts), None, False
         if self.loss_progress() >= 1 - self.exploration_budget:
             return None, {}, 0.0, left, True
         fitting = []
         for _ in range(tries):
             candidate = self.space.sample(self.rng, exclude=tried)
-            parts = switch_parts(self.space, current, candidate)
+            parts = switch_parts(self.space.knobs, current, candidate)
             cost = self.costs.estimate(parts)
             if candidate not in tried and cost <= left:
                 new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
@@ -463,7 +462,7 @@ class TuningManager:
             options.append((names[2], suggestion.best_known, None))
         priced = []
         for name, prediction, option_ei in options:
-            parts = switch_parts(self.space, current, prediction.setting)
+            parts = switch_parts(self.space.knobs, current, prediction.setting)
             if parts:
                 priced.append((name, prediction, option_ei, parts, self.costs.estimate(parts)))
         paying = [p for p in priced if p[1].gain_s > p[4] and p[1].confidence >= CONFIDENCE]
@@ -498,7 +497,7 @@ class TuningManager:
 
     def _switch(self, candidate, parts, cost, ei, reason) -> Decision:
         return Decision("online", self.current, candidate, True, reason, expected_improvement_s=ei, cost_s=cost,
-                        types=reconfiguration_types(self.space, self.current, candidate), parts=sorted(parts))
+                        parts=tuple(sorted(parts)))
 
     # -- the exploration budget ------------------------------------------------
 

@@ -207,38 +207,3 @@ class KnobSpace:
 
 def _other(name: str) -> str:
     return "worker" if name == "ps" else "ps"
-
-
-def reconfiguration_types(space: KnobSpace, old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """The paper's reconfiguration types a change from ``old`` to ``new`` involves, sorted."""
-    return sorted({space.knobs[name].reconfiguration for name in space.knobs if old.get(name) != new.get(name)})
-
-
-# Knobs whose switch costs depend on the value switched to, and the value
-# that costs nothing extra: turning XLA on compiles the graph at the first
-# step, turning it off does not.
-COMPILING_KNOBS = {"global_jit_level": "OFF"}
-
-
-def switch_parts(space: KnobSpace, old: dict[str, Any], new: dict[str, Any]) -> dict[str, str]:
-    """What a switch from ``old`` to ``new`` changes, in the parts whose costs the tuner learns.
-
-    Each changed knob is a part, named after the knob, of its reconfiguration
-    type. A :data:`COMPILING_KNOBS` knob at a compiling value in ``new`` is
-    the part ``"knob=value"`` of type ``"compile"`` whenever anything
-    changes, even when it was on before: a switch builds new graphs and
-    sessions, and XLA compiles them again (11.3 s for a thread switch with
-    XLA staying at ON_2 on LogR, where turning it on had cost about as much).
-    """
-    parts = {}
-    for name, knob in space.knobs.items():
-        if old.get(name) == new.get(name):
-            continue
-        if name in COMPILING_KNOBS and new.get(name) != COMPILING_KNOBS[name]:
-            continue  # below
-        parts[name] = knob.reconfiguration
-    if parts or any(old.get(n) != new.get(n) for n in COMPILING_KNOBS):
-        for name, off in COMPILING_KNOBS.items():
-            if name in space.knobs and new.get(name) not in (None, off):
-                parts[f"{name}={new[name]}"] = "compile"
-    return parts

@@ -13,8 +13,10 @@ from typing import Any, Sequence
 
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import resolve_setting
-from tfonline.tuner.manager import Decision, SegmentRun, Triple, per_iteration_time
-from tfonline.tuner.space import KnobSpace, reconfiguration_types, switch_parts
+from tfonline.reconfig.plan import Plan, plan, switch_parts
+from tfonline.timing import per_iteration_time
+from tfonline.tuner.manager import Decision, SegmentRun, Triple
+from tfonline.tuner.space import KnobSpace
 
 NEVER = 10**15  # iterations: the segment after the last switch lasts until the job ends
 
@@ -48,11 +50,14 @@ class Schedule:
 
     phase = "scheduled"
 
-    def __init__(self, space: KnobSpace, start: dict[str, Any], schedule: Sequence[tuple[int, dict[str, Any]]]):
+    def __init__(self, space: KnobSpace, start: dict[str, Any], schedule: Sequence[tuple[int, dict[str, Any]]],
+                 technique: str = "online"):
         self.space = space
+        self.technique = technique
         self.current = dict(start)
         self.steps: list[int] = []
         self.settings: list[dict[str, Any]] = []
+        self.plans: list = []  # each switch's plan, classified once
         setting = dict(start)
         for i, (step, changes) in enumerate(check_schedule(schedule)):
             try:
@@ -66,6 +71,7 @@ class Schedule:
                 name = outside[0]
                 raise ConfigurationError(f"schedule entry {i} (step {step}): {name}={setting[name]!r} is outside "
                                          f"what this cluster allows, {space.values[name]!r}")
+            self.plans.append(plan(space.knobs, self.settings[-1] if self.settings else start, setting, technique))
             self.steps.append(step)
             self.settings.append(setting)
         self.done = 0
@@ -81,9 +87,9 @@ class Schedule:
     def segment_seconds(self) -> float:
         return 0.0
 
-    def upcoming(self) -> dict[str, Any] | None:
-        """The setting of the next scheduled switch (None after the last): the runner prepares it ahead."""
-        return dict(self.settings[self.done]) if self.done < len(self.settings) else None
+    def upcoming(self) -> tuple[dict[str, Any], Plan] | None:
+        """The next scheduled switch's setting and plan (None after the last): the driver prepares it ahead."""
+        return (dict(self.settings[self.done]), self.plans[self.done]) if self.done < len(self.settings) else None
 
     def observe(self, run: SegmentRun) -> None:
         if len(run.steps):
@@ -99,8 +105,8 @@ class Schedule:
         self.current = dict(new)
         return Decision(self.phase, current, new, new != current,
                         f"scheduled switch {self.done} of {len(self.steps)} (step {self.steps[self.done - 1]})",
-                        types=reconfiguration_types(self.space, current, new),
-                        parts=sorted(switch_parts(self.space, current, new)))
+                        parts=tuple(sorted(switch_parts(self.space.knobs, current, new))),
+                        plan=self.plans[self.done - 1])
 
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The runner records every cost in the repository; a schedule learns nothing from them."""

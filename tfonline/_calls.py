@@ -1,0 +1,177 @@
+"""TensorFlow calls the driver and the switch techniques make safely: bounded, side by side, retried.
+
+A call into TensorFlow that needs a node which died blocks for good (gRPC
+keeps retrying), and Python cannot interrupt a thread inside one. These
+helpers keep every such call under a deadline or in a thread the caller can
+abandon, so that clean-up never hangs the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import tensorflow as tf
+
+from tfonline.cluster import NodeThreads
+from tfonline.setting import THREAD_KNOBS
+
+logger = logging.getLogger("tfonline")
+
+CLEANUP_TIMEOUT_S = 5.0
+UNAVAILABLE_GRACE_S = 15.0
+# A training step that TensorFlow aborts is run again, up to this many times
+# in a row (see run_retrying_aborts).
+ABORTED_RETRIES = 3
+
+
+@contextlib.contextmanager
+def signals_as_interrupts():
+    """SIGTERM raises KeyboardInterrupt in the main thread, as SIGINT does.
+
+    So ``kill`` and Ctrl-C both unwind through the runner's ``finally``
+    blocks, which stop every node. Outside the main thread (where Python
+    cannot install handlers) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"received signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def each_step(*steps) -> None:
+    """Runs every step, even when one before it raised; then raises the first error (later ones are logged)."""
+    first = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:
+            if first is None:
+                first = e
+            else:
+                logger.warning("a clean-up step failed as well: %s: %s", type(e).__name__, e)
+    if first is not None:
+        raise first
+
+
+def side_by_side(calls, what: str, why: str = "a node is gone", timeout_s: float = CLEANUP_TIMEOUT_S) -> list[bool]:
+    """Runs each call in a daemon thread, all under one deadline (``timeout_s``); errors are ignored.
+
+    Closing a session, or resetting a container, on a cluster with a dead
+    node blocks for good: the master keeps retrying the node. Clean-up must
+    never hang the driver, so a call still running at the deadline is
+    abandoned; side by side, the worst case costs the deadline once, not
+    once per call. Returns, for each call, whether it finished.
+    """
+
+    def guarded(call):
+        with contextlib.suppress(Exception):
+            call()
+
+    threads = [threading.Thread(target=guarded, args=(call,), name="tfonline-cleanup", daemon=True)
+               for call in calls]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    finished = [not thread.is_alive() for thread in threads]
+    if not all(finished):
+        logger.warning("%s: %d of %d did not finish within %.0f s (%s); abandoned", what,
+                       finished.count(False), len(finished), timeout_s, why)
+    return finished
+
+
+def until_reachable(call, grace_s: float = UNAVAILABLE_GRACE_S) -> None:
+    """Runs ``call`` (side-effect free), retrying while TensorFlow says a node is unavailable.
+
+    Right after nodes restart, the other nodes' gRPC channels to them can
+    still be in their reconnect back-off, and a step fails with
+    UnavailableError although every node serves. A probe through every
+    channel a worker uses, retried for up to ``grace_s``, waits that out
+    before training.
+    """
+    deadline = time.monotonic() + grace_s
+    while True:
+        try:
+            call()
+            return
+        except tf.errors.UnavailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def for_each(call, items) -> None:
+    """``call(item)`` for every item, side by side in threads; the first error is raised after all end."""
+    items = list(items)
+    if len(items) == 1:
+        call(items[0])
+        return
+    with ThreadPoolExecutor(len(items), thread_name_prefix="tfonline-each") as pool:
+        for future in [pool.submit(call, item) for item in items]:
+            future.result()
+
+
+def close_all(sessions) -> None:
+    """Closes sessions side by side under one deadline (see :func:`side_by_side`).
+
+    Closing a session of a cluster with a dead node blocks for good. A
+    session still open after the deadline loses its C handle, so that its
+    ``__del__`` (which closes it too) cannot block whatever thread the
+    garbage collector happens to run in.
+    """
+    sessions = [s for s in sessions if not s._closed]
+    finished = side_by_side([session.close for session in sessions], f"closing {len(sessions)} session(s)")
+    for session, done in zip(sessions, finished):
+        if not done:
+            session._session = None
+
+
+def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
+    """``step()``, run again when TensorFlow aborts it, up to ``retries`` times in a row.
+
+    An asynchronous step that fails with ``AbortedError`` can simply be run
+    again: a push that may or may not have been applied is what
+    asynchronous SGD tolerates anyway. ``tf.compat.v1.train.MonitoredSession``
+    treats the error as recoverable too. Seen once here: a fixed job (no
+    switch, no restart) failed at step 12,471 of 13,930 with an
+    ``AbortedError`` from its worker and no message. Synchronous steps are
+    not retried: their accumulators may hold a part of the step.
+    """
+    for attempt in range(retries + 1):
+        try:
+            return step()
+        except tf.errors.AbortedError as e:
+            if attempt == retries:
+                raise
+            logger.warning("a step was aborted (%s: %s); running it again", type(e).__name__, essence(e.message))
+
+
+def essence(message: str) -> str:
+    """The line of a TensorFlow error message that says what went wrong."""
+    noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    return lines[0] if lines else message.strip()
+
+
+def node_of(device: str) -> int:
+    """The node index of a device string such as ``/job:node/task:2/device:CPU:0``."""
+    return int(device.split("/task:")[1].split("/")[0])
+
+
+def threads_of(setting: dict[str, Any]) -> NodeThreads:
+    return NodeThreads(*(setting[k] for k in THREAD_KNOBS))

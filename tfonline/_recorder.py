@@ -1,0 +1,131 @@
+"""Every row a job writes to its repository: one method per kind of row.
+
+The driver says what happened (a segment ended, a decision was taken, a
+switch cost so much); the recorder turns it into the repository's rows.
+Column names are spelled here and in :mod:`tfonline.repository` only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import time
+from typing import Any
+
+from tfonline.repository import Repository
+from tfonline.setting import setting_key, short_form
+
+
+class Recorder:
+    """Writes one job's rows to ``repo`` (a :class:`~tfonline.repository.Repository`)."""
+
+    def __init__(self, repo: Repository, job_id: str):
+        self.repo = repo
+        self.job_id = job_id
+        self.started = False  # the job's row is written: its end is recorded too
+
+    def job_start(self, *, name: str, script: str, mode: str, target_loss: float, max_steps, max_seconds,
+                  started_at: float, node_count: int, knob_space: dict, tf_version: str, seed: int,
+                  tuned: bool) -> None:
+        self.repo.insert("jobs", {
+            "id": self.job_id, "name": name, "script": os.path.abspath(script), "mode": mode, "status": "running",
+            "target_loss": target_loss, "max_steps": max_steps, "max_seconds": max_seconds,
+            "started_at": started_at, "node_count": node_count, "knob_space": json.dumps(knob_space),
+            "host": platform.node(), "tf_version": tf_version, "python": platform.python_version(), "seed": seed,
+            "tuned": int(tuned), "driver_host": platform.node(), "driver_pid": os.getpid(),
+            "heartbeat_at": time.time(),
+        })
+        self.repo.flush()
+        self.started = True
+        self.repo.beat_for(self.job_id)
+
+    def job_end(self, *, status: str, reason: str, started_at: float, iterations: int, final_loss, first_iteration_at,
+                tuning_overhead_s) -> None:
+        """The job's outcome; never raises (the job's own error, if any, is what the caller reports)."""
+        if not self.started:
+            return
+        finished = time.time()
+        values = {
+            "status": status, "stop_reason": reason, "finished_at": finished,
+            "completion_time_s": finished - started_at, "iterations": iterations, "final_loss": final_loss,
+            "first_iteration_at": first_iteration_at, "tuning_overhead_s": tuning_overhead_s,
+        }
+        with contextlib.suppress(Exception):
+            self.repo.update("jobs", self.job_id, values)
+            self.repo.flush()
+
+    def cluster(self, addresses) -> None:
+        self.repo.update("jobs", self.job_id, {"cluster": json.dumps(list(addresses))})
+
+    def setting(self, setting: dict[str, Any]) -> None:
+        self.repo.insert("settings", {"id": setting_key(setting), "knobs": json.dumps(setting, sort_keys=True),
+                                      "short": short_form(setting)}, replace=True)
+
+    def phase(self, phase: str, start_step: int) -> None:
+        self.repo.insert("phases", {"job_id": self.job_id, "phase": phase, "start_step": start_step,
+                                    "wall_time": time.time()}, replace=True)
+
+    def segment_start(self, segment: int, setting_id: str, phase: str, start_step: int) -> None:
+        self.repo.insert("segments", {"job_id": self.job_id, "segment": segment, "setting_id": setting_id,
+                                      "phase": phase, "start_step": start_step, "started_at": time.time()})
+
+    def segment_end(self, segment: int, end_step: int, start_loss, end_loss) -> None:
+        """``end_loss`` is the smoothed loss at the segment's end: what the report shows."""
+        self.repo.update("segments", (self.job_id, segment), {
+            "end_step": end_step, "start_loss": start_loss, "end_loss": end_loss, "ended_at": time.time()})
+
+    def segment_phase(self, segment: int, phase: str) -> None:
+        self.repo.update("segments", (self.job_id, segment), {"phase": phase})
+
+    def iteration(self, *, step: int, worker: int | None, setting_id: str, segment: int, exec_time_s: float,
+                  loss: float, smoothed_loss: float, wall_time: float) -> None:
+        self.repo.insert("iterations", {
+            "job_id": self.job_id, "step": step, "worker": worker, "setting_id": setting_id, "segment": segment,
+            "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed_loss, "wall_time": wall_time,
+        })
+
+    def estimate(self, *, step: int, estimator: str, loss: float, remaining_iterations, remaining_s) -> None:
+        self.repo.insert("estimates", {
+            "job_id": self.job_id, "step": step, "estimator": estimator, "loss": loss,
+            "remaining_iterations": remaining_iterations, "remaining_s": remaining_s, "wall_time": time.time(),
+        }, replace=True)
+
+    def triple(self, triple, segment: int, estimator: str) -> None:
+        self.repo.insert("triples", {
+            "job_id": self.job_id, "segment": segment, "setting_id": setting_key(triple.setting),
+            "loss_before": triple.loss_before, "per_iteration_s": triple.per_iteration_s,
+            "remaining_iterations": triple.remaining_iterations, "remaining_s": triple.remaining_s,
+            "estimator": estimator, "reason": triple.reason,
+        }, replace=True)
+
+    def decision(self, decision, step: int, loss: float) -> None:
+        """A tuner's decision (:class:`tfonline.tuner.manager.Decision`), applied or not."""
+        self.setting(decision.candidate)
+        self.repo.insert("decisions", {
+            "job_id": self.job_id, "step": step, "phase": decision.phase,
+            "current_setting_id": setting_key(decision.current),
+            "candidate_setting_id": setting_key(decision.candidate), "loss": loss,
+            "expected_improvement_s": decision.expected_improvement_s,
+            "reconfiguration_cost_s": decision.cost_s, "applied": int(decision.switch), "reason": decision.reason,
+            "types": "+".join(decision.types), "overhead_s": decision.overhead_s, "wall_time": time.time(),
+        }, replace=True)
+
+    def tuning_stopped(self, step: int, setting: dict[str, Any], loss: float, reason: str) -> None:
+        """The decision row of a tuner that failed: the job goes on, untuned, on ``setting``."""
+        self.repo.insert("decisions", {
+            "job_id": self.job_id, "step": step, "phase": "untuned", "current_setting_id": setting_key(setting),
+            "candidate_setting_id": setting_key(setting), "loss": loss, "applied": 0, "reason": reason,
+            "types": "", "wall_time": time.time(),
+        }, replace=True)
+
+    def reconfiguration(self, *, step: int, old: dict[str, Any], new: dict[str, Any], plan, bytes_moved: int,
+                        cost_s: float | None, iterations_during: int | None) -> None:
+        """A switch carried out by ``plan`` (:class:`tfonline.reconfig.Plan`), with its measured cost."""
+        self.repo.insert("reconfigurations", {
+            "job_id": self.job_id, "step": step, "from_setting_id": setting_key(old), "to_setting_id": setting_key(new),
+            "types": "+".join(plan.types), "technique": plan.technique, "actions": json.dumps(list(plan.actions)),
+            "bytes_moved": bytes_moved, "cost_s": cost_s, "iterations_during": iterations_during,
+            "wall_time": time.time(),
+        }, replace=True)

@@ -1,0 +1,181 @@
+"""The job's graphs and sessions on its cluster: the factory the driver and the switch techniques share.
+
+An :class:`Engine` builds each layout's worker graphs once, opens sessions
+with a setting's ``ConfigProto``, starts each worker's input where the job
+is, and makes each worker's training step a callable. It holds what the
+job trains on now (graphs, sessions, placement) and where its input is.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+
+from tfonline import _graph
+from tfonline._calls import close_all, for_each, node_of, threads_of, until_reachable
+from tfonline.cluster import Cluster
+from tfonline.setting import session_config
+
+logger = logging.getLogger("tfonline")
+
+
+class Engine:
+    """Graphs, sessions and input of one job on ``cluster``.
+
+    Attributes:
+        graphs, sessions: what the workers train on now, one per worker.
+        layout, placement: the current setting's nodes and partition map.
+        input_position: where the job's input is, in batches of the
+            round-robin order: where the shards opened last started, plus
+            what they read (moved on by :meth:`advance_input` at a switch).
+        session_configs: (node, ConfigProto) of every session opened, as
+            TensorFlow was given them.
+    """
+
+    def __init__(self, job, cluster: Cluster, partitions, rule, container: str, *, sync: bool, seed: int,
+                 saver: bool, extra_knobs: tuple = ()):
+        self.job, self.cluster, self.partitions, self.rule = job, cluster, partitions, rule
+        self.container, self.sync, self.seed, self.saver, self.extra_knobs = container, sync, seed, saver, extra_knobs
+        self.graphs: list[_graph.WorkerGraph] = []
+        self.sessions: list[tf.compat.v1.Session] = []
+        self.retired: list[tf.compat.v1.Session] = []  # set aside at a switch: closed once no step runs on them
+        self.opened: list[tf.compat.v1.Session] = []  # every training session the job opened
+        self.session_configs: list[tuple[int, Any]] = []
+        self.layout: _graph.Layout | None = None
+        self.placement: list[int] = []
+        self.input_position = 0
+        self._graphs_by_layout: dict[tuple, list[_graph.WorkerGraph]] = {}
+
+    def graphs_for(self, setting, placement: list[int], lazy_moves: list[_graph.Move] | None = None
+                   ) -> list[_graph.WorkerGraph]:
+        """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each).
+
+        With ``lazy_moves``, the transition graphs that create those moved variables at their first use.
+        """
+        layout = _graph.Layout.from_setting(setting)
+        key = (layout, tuple(placement), tuple(m.name for m in lazy_moves or ()))
+        if key not in self._graphs_by_layout:
+            self._graphs_by_layout[key] = [
+                _graph.build_worker_graph(
+                    self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
+                    self.seed, saver=self.saver, lazy_moves=lazy_moves,
+                )
+                for rank in range(len(layout.worker_nodes))
+            ]
+        return self._graphs_by_layout[key]
+
+    def forget_graphs(self) -> None:
+        """Drops every cached graph: the checkpoint baseline builds them anew, as a restarted job would."""
+        self._graphs_by_layout.clear()
+
+    def session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
+        """A session on ``wg`` with ``setting``'s ConfigProto, seeing only the nodes it uses."""
+        nodes = set(_graph.Layout.from_setting(setting).ps_nodes) | {wg.worker_node}
+        nodes |= {node_of(device) for device in wg.old_devices}
+        filters = [f"/job:node/task:{n}" for n in sorted(nodes)]
+        session = tf.compat.v1.Session(self.cluster.target(wg.worker_node), graph=wg.graph,
+                                       config=session_config(setting, filters, self.extra_knobs))
+        # What TensorFlow's session was given, kept so it can be read back.
+        self.session_configs.append((wg.worker_node, session._config))
+        self.opened.append(session)  # every one is closed when the job ends, whatever happened
+        return session
+
+    def make_steps(self, sessions, graphs) -> tuple[list, Any]:
+        """Each worker's training step as a callable on its session (sync: and the chief's apply).
+
+        A callable costs less per step than ``Session.run`` and is made off
+        the critical path when a switch is prepared (about 0.016 s each). It
+        does not register the graphs on the nodes: the first call does, which
+        is most of a new session's first step (about 0.1 s here).
+        """
+        steps = [session.make_callable([wg.loss, wg.train_op]) for session, wg in zip(sessions, graphs)]
+        return steps, sessions[0].make_callable(graphs[0].apply_op) if self.sync else None
+
+    def open(self, setting, placement: list[int], carry=None, prepared=None, graphs=None) -> tuple[list, Any]:
+        """Opens sessions on the graphs of ``setting``'s layout with ``placement``, starts their input and
+        returns the workers' steps (see :meth:`make_steps`; the caller publishes them).
+
+        The job's variables are initialised, unless ``carry`` is given: then
+        it is called instead, with the sessions open, to bring the variables
+        over from the previous setting. Sessions and steps ``prepared`` ahead
+        (an object with ``sessions``, ``steps`` and ``apply``) are used as
+        they are; ``graphs`` (a switch's transition graphs) replace the
+        layout's own.
+        """
+        self.layout, self.placement = _graph.Layout.from_setting(setting), placement
+        self.graphs = graphs or self.graphs_for(setting, placement)
+        self.sessions = prepared.sessions if prepared else [self.session(wg, setting) for wg in self.graphs]
+        if carry is None:
+            self.sessions[0].run(self.graphs[0].init_op)
+        else:
+            carry()
+        # Each worker skips its share of the batches the job has read: with
+        # round-robin sharding (batch b to worker b mod workers) the job reads
+        # on from about where it was instead of seeing its first batches again.
+        skip = -(-self.input_position // len(self.graphs))
+        self.input_position = skip * len(self.graphs)  # where the new shards start: up to n - 1 batches on
+        # The input iterators are made in a session without XLA: with
+        # auto-clustering on, MakeIterator fails on a remote worker
+        # ("Multiple CPU devices"). The iterators have shared names, so the
+        # training sessions then read from them.
+        no_jit = dict(setting, global_jit_level="OFF")
+
+        def start_input(rank: int) -> None:
+            session, wg = self.sessions[rank], self.graphs[rank]
+            if setting["global_jit_level"] == "OFF":
+                session.run(wg.local_init_op, {wg.skip: skip})
+            else:
+                with self.session(wg, no_jit) as init_session:
+                    init_session.run(wg.local_init_op, {wg.skip: skip})
+            if not prepared:
+                until_reachable(lambda: session.run(wg.probe_op))
+
+        # Each worker's input starts on its own node (skipping costs time on a
+        # long job): side by side.
+        for_each(start_input, range(len(self.graphs)))
+        if prepared:  # their steps are made
+            return prepared.steps, prepared.apply
+        return self.make_steps(self.sessions, self.graphs)
+
+    def advance_input(self, batches: int) -> None:
+        """Moves the input position on by ``batches`` read since the input was last opened."""
+        self.input_position += batches
+
+    def restarted_by(self, new: dict[str, Any]) -> set[int]:
+        """The nodes a switch to ``new`` restarts: those it uses whose thread pools change."""
+        return {node for node in range(new["ps"] + new["worker"])
+                if self.cluster.node_threads(node) != threads_of(new)}
+
+    def read(self, variables: dict) -> dict[str, np.ndarray]:
+        """The values of ``variables`` (name -> variable of the chief's graph), read by the driver."""
+        return self.sessions[0].run(variables) if variables else {}
+
+    def restore(self, values: dict[str, np.ndarray]) -> None:
+        """Assigns values read by the driver to the variables of the current graphs."""
+        if values:
+            chief = self.graphs[0]
+            self.sessions[0].run([chief.restore_ops[name] for name in values],
+                                 {chief.restore_feeds[name]: value for name, value in values.items()})
+
+    def retire_sessions(self, workers_running: bool) -> None:
+        """Sets the workers' sessions aside: closed once no step runs on them (at once when none runs)."""
+        self.retired += self.sessions
+        self.sessions = []
+        if not workers_running:
+            self.close_sessions()
+
+    def close_retired(self) -> None:
+        retired, self.retired = self.retired, []
+        close_all(retired)
+
+    def close_sessions(self) -> None:
+        close_all(self.sessions + self.retired)
+        self.sessions, self.retired = [], []
+
+    def close(self) -> None:
+        """Closes every session the job opened (prepared, transition, a failed switch's too)."""
+        self.close_sessions()
+        close_all(self.opened)

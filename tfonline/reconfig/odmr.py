@@ -1,0 +1,142 @@
+"""ODMR, TDR and node restarts: the online switch when the layout or the thread pools change.
+
+Only what must move moves, and not at the switch. The placement map changes
+as little as keeps the bytes balanced (:func:`tfonline.placement.relocate`);
+a partition that stays is the same resource on the same node for the new
+graphs. The workers resume on *transition graphs*, whose first step creates
+each moved variable on its new node from its old location (see
+:func:`tfonline._graph.build_worker_graph`); once they have, the workers go
+on to the steady-state graphs and the old copies are released
+(:func:`settle`). A node whose thread pools change restarts, and the
+variables on it are read before and restored after. Each new worker skips
+its share of the batches read so far (TDR, in :meth:`Engine.open`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import tensorflow as tf
+
+from tfonline import _graph
+from tfonline._calls import close_all, node_of, threads_of
+from tfonline._sessions import Engine
+from tfonline.placement import relocate as relocate_placement
+from tfonline.reconfig.backend import SwitchContext, Switched
+from tfonline.setting import short_form
+
+logger = logging.getLogger("tfonline")
+
+
+@dataclass
+class Opened:
+    """Graphs of a setting, with their sessions and steps once opened (None until then)."""
+
+    graphs: list
+    sessions: list | None = None
+    steps: list | None = None
+    apply: Any = None
+
+
+@dataclass
+class Prepared:
+    """A switch's next setting, made ready while the workers still trained (see :func:`prepare`)."""
+
+    setting: dict[str, Any]
+    placement: list[int]
+    moves: list = field(default_factory=list)  # the variables the new placement moves, created lazily
+    steady: Opened | None = None
+    transition: Opened | None = None  # when variables move: the graphs that create them at their first use
+
+    def sessions(self) -> list:
+        return [s for opened in (self.steady, self.transition) if opened for s in opened.sessions or ()]
+
+
+def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepared:
+    """Makes what the switch to ``new`` needs ready while the workers still train under ``old``.
+
+    The new placement, the variables it moves, the new layout's graphs (and
+    the transition graphs that create the moved variables at their first
+    use), and when no node restarts, the new sessions with their steps. At
+    the switch there is then little left: start the input, swap.
+    """
+    placement = (relocate_placement(engine.partitions, engine.placement, new["ps"]) if new["ps"] != old["ps"]
+                 else engine.placement)
+    steady = engine.graphs_for(new, placement)
+    restarted = engine.restarted_by(new)
+    # What lives on a restarting node is read and restored by the driver instead.
+    moves = [m for m in _graph.moves_between(engine.graphs[0], steady[0]) if node_of(m.source) not in restarted]
+    transition = engine.graphs_for(new, placement, moves) if moves else None
+    prepared = Prepared(dict(new), placement, moves, Opened(steady), Opened(transition) if moves else None)
+    if not restarted:
+        for opened in (prepared.steady, prepared.transition):
+            if opened is not None:
+                opened.sessions = [engine.session(wg, new) for wg in opened.graphs]
+                opened.steps, opened.apply = engine.make_steps(opened.sessions, opened.graphs)
+    return prepared
+
+
+def relocate(engine: Engine, prepared: Prepared, old: dict[str, Any], new: dict[str, Any], technique: str,
+             context: SwitchContext) -> Switched:
+    """The switch from ``old`` to ``new`` with what was ``prepared``; transition steps when variables move."""
+    old_chief = engine.graphs[0]
+    marks = [("start", time.monotonic())]
+    restarted = engine.restarted_by(new)
+    values = engine.read({name: v for name, v in old_chief.variables.items() if node_of(v.device) in restarted})
+    marks.append((f"read {len(values)} variables", time.monotonic()))
+    engine.retire_sessions(context.workers_running)
+    engine.advance_input(context.batches_read())
+    engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
+    marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
+    first = prepared.transition or prepared.steady
+
+    def carry() -> None:
+        marks.append(("sessions", time.monotonic()))
+        engine.restore(values)
+        marks.append(("restored", time.monotonic()))
+
+    steps, apply = engine.open(new, prepared.placement, carry, first if first.sessions else None, first.graphs)
+    marks.append(("input" + ("" if first.sessions else ", probe and steps"), time.monotonic()))
+    logger.info("reconfiguration %s -> %s by %s: %s", short_form(old), short_form(new), technique, ", ".join(
+        f"{name} {b - a:.2f} s" for (_, a), (name, b) in zip(marks, marks[1:])))
+    moved = int(sum(v.nbytes for v in values.values())) + sum(m.nbytes for m in prepared.moves)
+    return Switched(steps, apply, moved, transition=bool(prepared.moves))
+
+
+def settle(engine: Engine, prepared: Prepared, setting: dict[str, Any], swap: Callable[[list, Any], None]) -> None:
+    """After the transition graphs' first step, once no step runs on the old setting's graphs: every moved
+    variable lives at its new node.
+
+    Makes sure of it (the ensure op is a no-op when the first step created
+    them all), moves the workers to the steady-state graphs, which have no
+    conditional (``swap`` hands the driver their steps; each worker takes
+    its new step at its next iteration), and releases the old copies and the
+    creation locks. A step still running on a transition graph finds every
+    variable created and never reads an old copy or takes a lock, so
+    releasing them now is safe; its session is closed once it has ended.
+    """
+    engine.sessions[0].run(engine.graphs[0].ensure_op)
+    steady = prepared.steady
+    if steady.sessions is None:  # nodes restarted at the switch: opened now
+        steady.sessions = [engine.session(wg, setting) for wg in steady.graphs]
+        steady.steps, steady.apply = engine.make_steps(steady.sessions, steady.graphs)
+    engine.retired += engine.sessions
+    engine.graphs, engine.sessions = steady.graphs, steady.sessions
+    swap(steady.steps, steady.apply)
+    graph, op = _graph.build_release_graph(prepared.moves, engine.container)
+    nodes = {node_of(m.source) for m in prepared.moves} | {node_of(m.destination) for m in prepared.moves}
+    nodes.add(engine.graphs[0].worker_node)
+    config = tf.compat.v1.ConfigProto(device_filters=[f"/job:node/task:{n}" for n in sorted(nodes)])
+    with tf.compat.v1.Session(engine.cluster.target(engine.graphs[0].worker_node), graph=graph,
+                              config=config) as session:
+        session.run(op)
+    logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
+
+
+def discard(prepared: Prepared | None) -> None:
+    """Closes the sessions of a preparation that will not be used."""
+    if prepared is not None:
+        close_all(prepared.sessions())
