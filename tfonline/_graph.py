@@ -189,6 +189,49 @@ def _gradients(optimizer, loss):
     return grads_and_vars
 
 
+def _placing_creator(partitions: list[Partition], placement: list[int], ps_devices: list[str], created: list):
+    """A variable creator that puts the i-th variable ``model_fn`` creates on its partition's ps (appended to
+    ``created``), and checks that ``model_fn`` creates the same variables as when the partitions were found."""
+    counter = itertools.count()
+
+    def placing_creator(next_creator, **kwargs):
+        index = next(counter)
+        if index >= len(partitions):
+            raise JobDefinitionError(
+                f"model_fn must create the same variables on every call, got more than {len(partitions)}"
+            )
+        with tf.device(ps_devices[placement[index]]):
+            variable = next_creator(**kwargs)
+        if tuple(variable.shape.as_list()) != partitions[index].shape:
+            raise JobDefinitionError(
+                f"model_fn must create the same variables on every call, got {variable.name} with shape "
+                f"{tuple(variable.shape.as_list())}, expected {partitions[index].shape}"
+            )
+        created.append(variable)
+        return variable
+
+    return placing_creator
+
+
+def _driver_ops(variables: dict, worker_node: int):
+    """What the driver runs on a worker's graph besides training: a feed and an assign per variable (to
+    restore values it read), and a probe that reads a little of every variable (every channel it uses)."""
+    restore_feeds, restore_ops = {}, {}
+    for name, variable in variables.items():
+        with tf.device(node_device(worker_node)):
+            feed = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name=f"restore/{name}")
+        with tf.device(variable.device):
+            restore_ops[name] = variable.assign(feed, read_value=False)
+        restore_feeds[name] = feed
+    probes = []
+    for variable in variables.values():
+        with tf.device(variable.device):
+            probes.append(tf.reshape(variable.read_value(), [-1])[:1])
+    with tf.device(node_device(worker_node)):
+        probe_op = tf.group(*[tf.identity(p) for p in probes], name="probe")
+    return restore_feeds, restore_ops, probe_op
+
+
 def build_worker_graph(
     job,
     layout: Layout,
@@ -222,24 +265,8 @@ def build_worker_graph(
     graph = tf.Graph()
     ps_devices = [node_device(n) for n in layout.ps_nodes]
     worker_node = layout.worker_nodes[worker_rank]
-    counter = itertools.count()
     model_variables = []
-
-    def placing_creator(next_creator, **kwargs):
-        index = next(counter)
-        if index >= len(partitions):
-            raise JobDefinitionError(
-                f"model_fn must create the same variables on every call, got more than {len(partitions)}"
-            )
-        with tf.device(ps_devices[placement[index]]):
-            variable = next_creator(**kwargs)
-        if tuple(variable.shape.as_list()) != partitions[index].shape:
-            raise JobDefinitionError(
-                f"model_fn must create the same variables on every call, got {variable.name} with shape "
-                f"{tuple(variable.shape.as_list())}, expected {partitions[index].shape}"
-            )
-        model_variables.append(variable)
-        return variable
+    placing_creator = _placing_creator(partitions, placement, ps_devices, model_variables)
 
     with graph.as_default(), tf.compat.v1.container(container):
         if seed is not None:
@@ -264,19 +291,7 @@ def build_worker_graph(
         init_op = tf.compat.v1.global_variables_initializer()
         local_init_op = iterator.initializer
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
-        restore_feeds, restore_ops = {}, {}
-        for name, variable in variables.items():
-            with tf.device(node_device(worker_node)):
-                feed = tf.compat.v1.placeholder(variable.dtype.base_dtype, variable.shape, name=f"restore/{name}")
-            with tf.device(variable.device):
-                restore_ops[name] = variable.assign(feed, read_value=False)
-            restore_feeds[name] = feed
-        probes = []
-        for variable in variables.values():
-            with tf.device(variable.device):
-                probes.append(tf.reshape(variable.read_value(), [-1])[:1])
-        with tf.device(node_device(worker_node)):
-            probe_op = tf.group(*[tf.identity(p) for p in probes], name="probe")
+        restore_feeds, restore_ops, probe_op = _driver_ops(variables, worker_node)
         # The checkpoint-restart baseline's saver: each ps node writes its own variables.
         checkpoint = tf.compat.v1.train.Saver(variables, sharded=True) if saver else None
         ensure_op = _lazy_creation(lazy_moves, variables, container) if lazy_moves else None

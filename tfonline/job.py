@@ -165,29 +165,7 @@ class MLJobFramework:
         from tfonline.estimator import get_estimator
 
         progress = get_estimator(estimator, **(estimator_options or {}))
-        plan = None
-        if tune:
-            from tfonline.tuner import Tuning
-
-            if tuning is not None and not isinstance(tuning, dict):
-                raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
-            known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s",
-                     "exploration_budget", "resume"}
-            unknown = sorted(set(tuning or {}) - known)
-            if unknown:
-                raise ConfigurationError(
-                    f"unknown tuning option {unknown[0]!r}; known options: {', '.join(sorted(known))}")
-            plan = Tuning(restrict=space, extra_knobs=tuple(extra_knobs), **(tuning or {}),
-                          estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
-        elif space is not None or extra_knobs or tuning is not None:
-            raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
-        if schedule is not None:
-            from tfonline.tuner.schedule import check_schedule
-            from tfonline.tuner import Tuning
-
-            if tune:
-                raise ConfigurationError("schedule replaces tuning: give schedule or tune=True, got both")
-            plan = Tuning(schedule=check_schedule(schedule), min_segment_s=0.0)
+        plan = _tuning_plan(tune, tuning, space, extra_knobs, schedule, estimator, estimator_options)
         from tfonline.reconfig import check_technique
 
         check_technique(reconfig)
@@ -210,6 +188,36 @@ class MLJobFramework:
             raise ConfigurationError(f"smoothing_window must be an integer >= 1, got {window!r}")
         if mode not in MODES:
             raise ConfigurationError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+
+
+def _tuning_plan(tune, tuning, space, extra_knobs, schedule, estimator, estimator_options):
+    """What drives switches: a :class:`tfonline.tuner.Tuning` for ``tune`` or a schedule, or None."""
+    from tfonline.estimator import get_estimator
+
+    plan = None
+    if tune:
+        from tfonline.tuner import Tuning
+
+        if tuning is not None and not isinstance(tuning, dict):
+            raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
+        known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s",
+                 "exploration_budget", "resume"}
+        unknown = sorted(set(tuning or {}) - known)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown tuning option {unknown[0]!r}; known options: {', '.join(sorted(known))}")
+        plan = Tuning(restrict=space, extra_knobs=tuple(extra_knobs), **(tuning or {}),
+                      estimator_factory=lambda: get_estimator(estimator, **(estimator_options or {})))
+    elif space is not None or extra_knobs or tuning is not None:
+        raise ConfigurationError("space, extra_knobs and tuning apply only with tune=True, got tune=False")
+    if schedule is not None:
+        from tfonline.tuner.schedule import check_schedule
+        from tfonline.tuner import Tuning
+
+        if tune:
+            raise ConfigurationError("schedule replaces tuning: give schedule or tune=True, got both")
+        plan = Tuning(schedule=check_schedule(schedule), min_segment_s=0.0)
+    return plan
 
 
 def _check_limits(max_steps: Any, max_seconds: Any, patience: Any = None) -> None:

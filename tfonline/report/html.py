@@ -74,6 +74,13 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str, paths: dict[st
             rows.append([row["knob"]] + row["values"])
             marked |= {(i + 1, j + 1) for j, v in enumerate(row["values"]) if v != row["values"][0]}
         parts.append(_table(headers, rows, left={0}, marked=marked))
+    parts += _history(r)
+    return "\n".join(parts)
+
+
+def _history(r: dict[str, Any]) -> list[str]:
+    """The job's segments, reconfigurations, decisions and ETA accuracy, as HTML tables."""
+    parts = []
     if r["segments"]:
         parts.append("<h3>Segments</h3>")
         parts.append(_table(
@@ -105,7 +112,7 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str, paths: dict[st
              for e in r["eta_accuracy"]], left={5}))
     else:
         parts.append("<p class='muted'>No estimate to check: the job did not converge, or recorded none.</p>")
-    return "\n".join(parts)
+    return parts
 
 
 def page(repo: Repository, reports: list[dict[str, Any]], comparison: dict[str, Any] | None = None,

@@ -1,0 +1,105 @@
+"""The job's ETA and its progress display, kept by the monitor thread beside the training.
+
+A failing estimator plug-in costs the ETA, with its reason shown; a failing
+display (a closed stdout) is dropped. Neither stops the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Callable
+
+from tfonline._calls import essence
+from tfonline._recorder import Recorder
+from tfonline._state import TrainingState
+from tfonline.progress import Status, Ticker, make_view
+from tfonline.setting import short_form
+
+logger = logging.getLogger("tfonline")
+
+ESTIMATE_INTERVAL_S = 1.0
+
+
+class Progress:
+    """Estimates the time left (``estimator``, a :class:`tfonline.estimator.BaseEstimator` or None) and
+    shows the job's progress, unless ``quiet``.
+
+    ``workers`` says how many workers the current setting has: an estimate
+    waits for at least 3 new iterations per worker.
+    """
+
+    def __init__(self, job, state: TrainingState, recorder: Recorder, estimator, workers: Callable[[], int],
+                 started: float):
+        self.job, self.state, self.recorder, self.estimator = job, state, recorder, estimator
+        self.workers, self.started = workers, started
+        self.last: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
+        self._failed = False
+        self._next_at = 0.0
+        self._last_step = 0
+        self._ticker = Ticker(None)
+
+    def show(self, quiet: bool) -> None:
+        """Starts the display (nothing when quiet or when it cannot be made)."""
+        try:
+            self._ticker = Ticker(make_view(quiet))
+        except Exception as e:
+            logger.debug("no progress display: %s", e)
+
+    def tick(self) -> None:
+        """Called by the monitor loop: a new estimate and a redraw, each when due."""
+        if self.estimator is not None and not self._failed and time.monotonic() >= self._next_at:
+            self.estimate()
+        if self._ticker.due():
+            try:
+                self._ticker.view.update(self.status())
+            except Exception as e:  # a closed stdout: the job goes on quietly
+                logger.debug("progress display dropped: %s", e)
+                self._ticker = Ticker(None)
+
+    def close(self) -> None:
+        """The last status, and a terminal left as it was."""
+        view, self._ticker = self._ticker.view, Ticker(None)
+        if view is not None:
+            with contextlib.suppress(Exception):  # a display that fails leaves the job alone
+                view.close(self.status())
+
+    def estimate(self) -> None:
+        """Fits the estimator on the current segment and records its estimate.
+
+        At most once every ``ESTIMATE_INTERVAL_S`` and after at least 3 new
+        iterations per worker, so the workers never wait for it.
+        """
+        self._next_at = time.monotonic() + ESTIMATE_INTERVAL_S
+        points, history, current, ready = self.state.snapshot()
+        if not ready or len(points) < 2 or points[-1][0] - self._last_step < 3 * self.workers():
+            return
+        self._last_step = points[-1][0]
+        steps, losses, walls = zip(*points)
+        earlier = tuple(zip(*history))[:2] if history else None
+        try:
+            self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
+            remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
+            if remaining is not None:
+                remaining = float(remaining)
+        except Exception as e:  # a plug-in's bug costs the ETA, not the job
+            self._failed = True
+            reason = f"the estimator {self.estimator.name!r} failed: {type(e).__name__}: {essence(str(e))}"
+            logger.warning("%s; the job goes on without an ETA", reason)
+            self.last = (None, None, reason)
+            return
+        per_iteration_s = (walls[-1] - walls[0]) / (steps[-1] - steps[0])
+        remaining_s = None if remaining is None else remaining * per_iteration_s
+        self.last = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
+        self.recorder.estimate(step=points[-1][0], estimator=self.estimator.name, loss=current,
+                               remaining_iterations=remaining, remaining_s=remaining_s)
+
+    def status(self) -> Status:
+        """What the progress display shows now."""
+        recent, step, loss = self.state.recent()
+        pace = (recent[-1][2] - recent[0][2]) / (len(recent) - 1) if len(recent) > 1 else None
+        remaining, remaining_s, reason = self.last
+        return Status(self.job.name, step, loss, float(self.job.target_loss), short_form(self.state.setting),
+                      self.state.phase, pace, remaining_s, remaining, self.estimator.name if self.estimator else None,
+                      reason, time.monotonic() - self.started)

@@ -1,0 +1,277 @@
+"""The monitor: the driver's loop while the workers train, and the tuner's hand-over.
+
+Every 0.2 s, or when woken (a stop, a decision made, a segment's last
+iteration), the monitor checks the nodes and the limits, records the last
+switch's cost once measurable, ends a switch's transition, keeps the ETA
+and the display, and hands each finished segment to the tuner in a
+background thread. A decision to switch comes back to it, and it has the
+:class:`~tfonline._switcher.Switcher` make the switch. A failing tuner
+degrades the job to untuned (:meth:`Monitor.stop_tuning`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+
+from tfonline._calls import essence
+from tfonline._eta import Progress
+from tfonline._recorder import Recorder
+from tfonline._sessions import Engine
+from tfonline._state import Stop, TrainingState
+from tfonline._switcher import Switcher
+from tfonline._workers import Workers
+from tfonline.exceptions import NodeFailedError, TfOnlineError
+from tfonline.tuner.manager import Decision, SegmentRun
+
+logger = logging.getLogger("tfonline")
+
+
+class Monitor:
+    """Runs the job's training to its end: segments, decisions and switches.
+
+    ``manager`` is the tuner (a :class:`~tfonline.tuner.manager.TuningManager`
+    or a :class:`~tfonline.tuner.schedule.Schedule`), or None for a fixed
+    setting. ``limit_s`` is ``max_seconds`` from ``started`` (monotonic).
+    """
+
+    def __init__(self, state: TrainingState, workers: Workers, switcher: Switcher, engine: Engine,
+                 recorder: Recorder, progress: Progress, manager, *, estimator_name: str | None,
+                 limit_s: float | None, started: float):
+        self.state, self.workers, self.switcher, self.engine = state, workers, switcher, engine
+        self.backend, self.cluster = switcher.backend, switcher.cluster
+        self.recorder, self.progress, self.manager = recorder, progress, manager
+        self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
+        self.tuning_overhead_s: float | None = None  # the tuner's, once it stopped
+        self._tuner: ThreadPoolExecutor | None = None
+        self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
+        if manager is not None:
+            state.phase = manager.phase
+
+    @property
+    def overhead_s(self) -> float | None:
+        return self.manager.overhead_s if self.manager is not None else self.tuning_overhead_s
+
+    # -- the loop --------------------------------------------------------------
+
+    def train(self) -> tuple[str, str]:
+        """Trains until the job stops; returns its status and reason, or raises its error."""
+        state = self.state
+        with ThreadPoolExecutor(1, thread_name_prefix="tfonline-tuner") as self._tuner:
+            state.begin()
+            try:
+                while True:
+                    self._next_segment()
+                    switch = self._run_segment()
+                    if self.switcher.made is not None:  # the job ends, or the next switch comes, first
+                        self.switcher.record_cost(self._learn, ended=True)
+                    if switch is None:
+                        state.end()
+                        break
+                    self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
+                    if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
+                        with self.tuner_faults():
+                            self.manager.observe(self.switcher.observed)
+            finally:  # workers a switch left running, when it failed
+                state.stopped.set()
+                self.workers.join()
+        stop = state.stop
+        if stop.error is not None and not isinstance(stop.error, NodeFailedError):
+            # A worker's TensorFlow error may be the symptom of a dead node
+            # whose exit the driver has not seen yet.
+            dead = self.switcher.dead_node()
+            if dead is not None:
+                stop = Stop("failed", str(dead), dead)
+        if stop.error is not None:
+            raise stop
+        return stop.status, stop.reason
+
+    def _next_segment(self) -> None:
+        """The segment's goal, and a schedule's next switch prepared ahead."""
+        if self.manager is None:
+            return
+        with self.tuner_faults():
+            self.state.goal = self.manager.segment_length() + self.state.warmup
+            upcoming = self._upcoming()  # a schedule knows its next switch
+            if upcoming is not None:
+                self._tuner.submit(self.backend.prepare, dict(self.state.setting), *upcoming)
+
+    def _run_segment(self) -> Decision | None:
+        """Trains under the current setting until the job stops (None) or the tuner decides to switch (its decision).
+
+        When a tuner's segment is complete, the segment is handed to the tuner
+        in a background thread and training goes on under the same setting
+        (see :meth:`_hand_over`); a decision to stay lets it go on. A decision
+        to switch either pauses the workers, or, for a live switch
+        (:meth:`Switcher.live`), returns with them still training.
+        """
+        state, workers = self.state, self.workers
+        workers.start()
+        switch = None
+        try:
+            while not self._wait(0.2):
+                self._check()
+                if self.manager is None:
+                    if workers.pause.is_set() and not state.stopped.is_set():
+                        self._resume_untuned()
+                    continue
+                if self._deciding is None:
+                    with self.tuner_faults():
+                        if self._segment_complete():
+                            self._hand_over()
+                elif self._deciding.done():
+                    decision = self._take_decision()
+                    if decision is not None and decision.switch:  # _decide paused the workers unless it is live
+                        switch = decision
+                        break
+        except NodeFailedError as e:
+            state.request_stop(Stop("failed", str(e), e))
+        except BaseException:
+            self._deciding = None  # the job fails or is interrupted: the decision no longer matters
+            raise
+        finally:
+            if switch is None:
+                state.stopped.set()
+            if state.stopped.is_set() or workers.pause.is_set():
+                workers.join()
+            workers.pause.clear()
+            if switch is None and self._deciding is not None:
+                self._take_decision(ended=True)
+        return None if state.stopped.is_set() else switch
+
+    def _check(self) -> None:
+        """One round of the loop's chores, beside the training."""
+        state = self.state
+        self.cluster.check_alive()
+        if self.limit_s is not None and time.monotonic() - self.started >= self.limit_s:
+            state.request_stop(Stop("stopped", f"max_seconds ({self.limit_s:g} s) reached"))
+        if self.switcher.made is not None:
+            self.switcher.record_cost(self._learn)
+        if self.backend.in_transition and state.settled(stepped=True):
+            self.switcher.watched(self.switcher.settle,
+                                  f"the move of variables to their new nodes after step {state.step}")
+        if self.engine.retired and state.settled():  # no step runs on them any more
+            self.engine.close_retired()
+        self.progress.tick()
+
+    def _wait(self, timeout_s: float) -> bool:
+        """Waits for a stop, a decision or a segment's last iteration, at most ``timeout_s``; returns whether
+        the job stops."""
+        self.state.wake.wait(timeout_s)
+        self.state.wake.clear()
+        return self.state.stopped.is_set()
+
+    def _resume_untuned(self) -> None:
+        """Workers that a decision paused before tuning stopped train on, on the current setting."""
+        self.workers.join()
+        self.workers.pause.clear()
+        self.workers.start()
+
+    # -- the tuner ---------------------------------------------------------------
+
+    def _upcoming(self):
+        """A schedule's next switch, (setting, plan), when it is not to the current setting; else None."""
+        upcoming = getattr(self.manager, "upcoming", None)
+        upcoming = upcoming() if upcoming is not None else None
+        return upcoming if upcoming is not None and upcoming[0] != self.state.setting else None
+
+    def _segment_complete(self) -> bool:
+        state = self.state
+        return (state.done() >= self.manager.segment_length() + state.warmup
+                and time.monotonic() - state.segment_started >= self.manager.segment_seconds())
+
+    def _hand_over(self) -> None:
+        """Ends the tuner's segment and starts its decision in the background; training goes on.
+
+        The next segment starts at once under the same setting. Its iterations
+        until the decision is in are left out of its timing (the tuner shares
+        the machine meanwhile), and it is timed for its full length after that.
+        """
+        run, ended = self.state.hand_over()
+        upcoming = self._upcoming()
+        if upcoming is not None and not self.switcher.live(*upcoming):
+            # A schedule switches at its step: the workers stop now, and wait for the preparation if it is
+            # still running (it started when the segment did).
+            self.workers.pause.set()
+        self._deciding = self._tuner.submit(self._decide, run, ended)
+        self._deciding.add_done_callback(lambda _: self.state.wake.set())
+
+    def _decide(self, run: SegmentRun, segment: int) -> tuple[Decision, int, str]:
+        """The tuner's decision on ``run`` (in the tuner's thread); a switch is prepared at once."""
+        old_phase = self.manager.phase
+        decision = self.manager.on_segment_end(run)
+        if decision.switch:
+            self.backend.prepare(dict(self.state.setting), decision.candidate, decision.plan)
+            if not self.switcher.live(decision.candidate, decision.plan):
+                self.workers.pause.set()  # the workers stop at their next iteration's end
+        return decision, segment, old_phase
+
+    def _take_decision(self, ended: bool = False) -> Decision | None:
+        """Records the background decision; a switch is then the caller's to make.
+
+        When the job ``ended`` meanwhile, a decision to switch is recorded as
+        not applied, with the reason. None: the tuner failed, and tuning
+        stopped (:meth:`stop_tuning`).
+        """
+        state = self.state
+        future, self._deciding = self._deciding, None
+        with self.tuner_faults():
+            decision, segment, old_phase = future.result()
+            triple = self.manager.triples[-1]
+        if self.manager is None:
+            return None
+        self.recorder.triple(triple, segment, self.estimator_name)
+        if ended and decision.switch:
+            decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
+        self.recorder.decision(decision, state.step, state.smoothed.value)
+        if self.manager.phase != old_phase:
+            self.recorder.phase(self.manager.phase, state.step + 1)
+        state.phase = decision.phase
+        if not decision.switch:
+            state.go_on(self.manager.segment_length())
+            self.recorder.segment_phase(state.segment, state.phase)
+        return decision
+
+    def _learn(self, parts: list, cost_s: float) -> None:
+        """A switch's measured cost, for the tuner's cost model."""
+        if self.manager is not None:
+            with self.tuner_faults():
+                self.manager.record_cost(parts, cost_s)
+
+    @contextlib.contextmanager
+    def tuner_faults(self):
+        """Turns an error of the tuner (or a schedule) into :meth:`stop_tuning`; nothing else is caught.
+
+        The workers a decision had paused train on: the loop resumes them (:meth:`_run_segment`).
+        """
+        try:
+            yield
+        except (Stop, TfOnlineError):  # the job's own stops, and a node's failure, stay what they are
+            raise
+        except Exception as e:
+            if self.manager is not None:
+                self.stop_tuning(e)
+            else:  # tuning has stopped already
+                logger.debug("after tuning stopped: %s: %s", type(e).__name__, e)
+
+    def stop_tuning(self, error: BaseException) -> None:
+        """A failing tuner degrades the job: it goes on, untuned, on its current setting.
+
+        The decision row says why ("tuning stopped at step N: ..."), the phase
+        becomes "untuned", and the report shows both.
+        """
+        state = self.state
+        reason = f"tuning stopped at step {state.step}: {type(error).__name__}: {essence(str(error))}"
+        logger.warning("%s; the job goes on, untuned, on its current setting", reason)
+        manager, self.manager = self.manager, None
+        self.tuning_overhead_s = getattr(manager, "overhead_s", None)
+        self._deciding = None  # a decision still running is not taken
+        state.goal = None
+        state.phase = "untuned"
+        with contextlib.suppress(Exception):
+            self.backend.discard()
+        self.recorder.tuning_stopped(state.step, state.setting, state.smoothed.value, reason)
+        self.recorder.phase("untuned", state.step + 1)

@@ -1,0 +1,345 @@
+"""The shared training state: what the worker threads and the monitor both touch, under one lock.
+
+Every iteration a worker completes goes through :meth:`TrainingState.record`;
+every change of the steps the workers take goes through :meth:`publish` (a
+switch) or :meth:`swap_steps` (a transition's end). Nothing else in the
+driver takes the lock.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from tfonline._recorder import Recorder
+from tfonline.exceptions import TfOnlineError
+from tfonline.result import PATIENCE_MIN_IMPROVEMENT
+from tfonline.setting import setting_key
+from tfonline.timing import per_iteration_time
+from tfonline.tuner.manager import SegmentRun
+
+
+class SmoothedLoss:
+    """Exponential moving average of the loss, bias-corrected.
+
+    With window w the weight of a new loss is 2 / (w + 1); the value is
+    divided by 1 - (1 - a)^n after n losses, so it is an unbiased average
+    from the first iteration on. Convergence is only declared once n >= w.
+    """
+
+    def __init__(self, window: int):
+        self.window = window
+        self._alpha = 2.0 / (window + 1)
+        self._raw = 0.0
+        self.count = 0
+
+    def add(self, loss: float) -> float:
+        self.count += 1
+        self._raw = (1 - self._alpha) * self._raw + self._alpha * loss
+        return self.value
+
+    @property
+    def value(self) -> float:
+        return self._raw / (1 - (1 - self._alpha) ** self.count) if self.count else math.nan
+
+    @property
+    def ready(self) -> bool:
+        return self.count >= self.window
+
+
+class Stop(Exception):
+    """A reason to stop the job (raised by a worker, or requested by the monitor)."""
+
+    def __init__(self, status: str, reason: str, error: BaseException | None = None):
+        super().__init__(reason)
+        self.status, self.reason, self.error = status, reason, error
+
+
+class TrainingState:
+    """Steps, losses, segments and the workers' steps of one job; the one owner of the driver's lock.
+
+    The workers' steps are published as a whole (:meth:`publish`). Each
+    worker takes each iteration on the steps published last, so a switch
+    reaches it at its next iteration boundary: a step already running
+    finishes on the old graphs ("late"). The *generation* numbers the
+    settings the job ran, the *version* every change of the steps (a
+    transition's end too); ``on`` maps each running worker to the version of
+    the step it takes.
+    """
+
+    def __init__(self, job, recorder: Recorder, setting: dict[str, Any], *, sync: bool, max_steps: int | None,
+                 patience: int | None):
+        self.job, self.recorder, self.sync = job, recorder, sync
+        self.max_steps, self.patience = max_steps, patience
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.stop: Stop | None = None
+        # Wakes the monitor loop: a stop, a decision made, or the segment's iterations all in.
+        self.wake = threading.Event()
+        self.setting = dict(setting)
+        self.phase = "fixed"
+        self.step = 0
+        self.smoothed = SmoothedLoss(job.smoothing_window)
+        self.first_iteration_at: float | None = None
+        self._best_loss, self._best_step = math.inf, 0  # the patience rule's best smoothed loss, and its step
+        # Each worker's training step, a callable made on its session (sync: and the chief's apply).
+        self.steps: list = []
+        self.apply = None
+        self.generation = 0
+        self.version = 0
+        self.on: dict[int, int] = {}
+        self._stepped_in_generation = True  # a step has completed on the current setting's graphs
+        self._late_as: tuple[str, int] | None = None  # the previous setting's id and segment, for late steps
+        # Segments: the current one's points (step, loss, wall time), and every earlier one's.
+        self.segment = 0
+        self.points: list[tuple[int, float, float]] = []
+        self.history: list[tuple[int, float, float]] = []
+        self._loss_before = math.nan
+        self.segment_started = 0.0
+        self.warmup = 0
+        self.goal: int | None = None  # iterations that complete the segment (its duration aside)
+        # A switch's first iterations on the new setting, to time it; and iterations per round of its workers.
+        self.switch_points: list[tuple[int, float, float]] = []
+        self.switch_workers = 1
+        # Where the input is: batches read since it was last opened; whether a switch opens it now; the
+        # setting whose steps in flight a switch counted as read.
+        self._read = 0
+        self._opening = False
+        self._counted_generation = -1
+
+    @property
+    def setting_id(self) -> str:
+        return setting_key(self.setting)
+
+    # -- the workers' side ---------------------------------------------------
+
+    def step_for(self, rank: int, gone: Callable[[], Any]):
+        """Worker ``rank``'s next step and its generation; None when the setting has no such worker (then
+        ``gone`` is called, under the lock)."""
+        with self.lock:
+            if rank >= len(self.steps):
+                gone()
+                return None
+            self.on[rank] = self.version
+            return self.steps[rank], self.generation
+
+    def sync_steps(self):
+        """Every worker's step, the chief's apply and their generation, for one synchronous iteration."""
+        with self.lock:
+            self.on[0] = self.version
+            return self.steps, self.apply, self.generation
+
+    def off(self, rank: int) -> None:
+        """Worker ``rank`` runs no step any more."""
+        with self.lock:
+            self.on.pop(rank, None)
+
+    def record(self, worker: int | None, exec_time_s: float, loss: float, generation: int) -> None:
+        """Counts and records one iteration (a push) of the setting ``generation``; a late one, which ended
+        after a live switch, is the old setting's: it is recorded as such and not timed in a segment.
+
+        Raises :class:`Stop` when the job converged, reached a limit, stopped
+        improving or diverged.
+        """
+        with self.lock:
+            if self.stopped.is_set():
+                return  # an iteration that finished after the stop is not counted
+            if not math.isfinite(loss):
+                message = f"the loss became {loss} at step {self.step + 1}: training diverged"
+                raise Stop("failed", message, TfOnlineError(message))
+            self.step += 1
+            now = time.time()
+            if self.first_iteration_at is None:
+                self.first_iteration_at = now
+            smoothed = self.smoothed.add(loss)
+            late = generation != self.generation
+            if not (self._opening or late and generation == self._counted_generation):  # (else counted already)
+                self._read += len(self.steps) if self.sync else 1
+            if late:
+                setting_id, segment = self._late_as
+            else:
+                setting_id, segment = self.setting_id, self.segment
+                self._stepped_in_generation = True
+                self.points.append((self.step, loss, now))
+                if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Monitor.record_switch_cost
+                    self.switch_points.append((self.step, loss, now))
+                if self.goal is not None and len(self.points) >= self.goal:
+                    self.wake.set()
+            self.recorder.iteration(step=self.step, worker=worker, setting_id=setting_id, segment=segment,
+                                    exec_time_s=exec_time_s, loss=loss, smoothed_loss=smoothed, wall_time=now)
+            self._check_stop(smoothed)
+
+    def _check_stop(self, smoothed: float) -> None:
+        target = self.job.target_loss
+        if self.smoothed.ready and smoothed <= target:
+            raise Stop("converged", f"target_loss {target:g} reached (smoothed loss {smoothed:.4g})")
+        if self.max_steps is not None and self.step >= self.max_steps:
+            raise Stop("stopped", f"max_steps ({self.max_steps}) reached")
+        if self.patience is None or not self.smoothed.ready:
+            return
+        if smoothed < self._best_loss - PATIENCE_MIN_IMPROVEMENT * abs(self._best_loss):
+            self._best_loss, self._best_step = smoothed, self.step
+        elif self.step - self._best_step >= self.patience:
+            raise Stop("stopped", f"the loss stopped improving: smoothed loss {smoothed:.4g}, best "
+                                  f"{self._best_loss:.4g} at step {self._best_step}, none "
+                                  f"{PATIENCE_MIN_IMPROVEMENT:.1%} better in {self.patience} iterations (patience); "
+                                  f"target_loss {target:g} not reached")
+
+    def request_stop(self, stop: Stop) -> None:
+        """The job stops: the first reason given is kept."""
+        with self.lock:
+            if self.stop is None:
+                self.stop = stop
+        self.stopped.set()
+        self.wake.set()
+
+    # -- switches ------------------------------------------------------------
+
+    def publish(self, new: dict[str, Any], steps: list, apply, observe: bool,
+                then: Callable[[], Any]) -> SegmentRun | None:
+        """Makes ``new`` the job's setting, with the workers' ``steps``; returns the old segment's run for the
+        tuner (when ``observe`` and it has points).
+
+        At once, under the lock: the old setting's segment ends and the new
+        one's starts, and every worker takes its next step on ``steps``. A
+        step already running finishes on the old graphs and is counted for
+        the old setting. ``then`` runs under the lock after it (it starts the
+        threads of new workers).
+        """
+        with self.lock:
+            observed = self.segment_run() if self.points and observe else None
+            ended = self._end_segment()
+            self._late_as = (self.setting_id, self.segment)
+            self.setting = dict(new)
+            self.steps, self.apply = steps, apply
+            self.generation += 1
+            self.version += 1
+            self._stepped_in_generation = False
+            self.switch_points = []
+            self.switch_workers = 1 if self.sync else len(steps)
+            self._opening = False
+            self.warmup = len(steps)
+            started = self._start_segment()
+            self.goal = None
+            then()
+        self.recorder.segment_end(*ended)
+        self.recorder.segment_start(*started)
+        return observed
+
+    def swap_steps(self, steps: list, apply) -> None:
+        """New steps for the same setting (a transition's end): each worker takes its next step on them."""
+        with self.lock:
+            self.steps, self.apply = steps, apply
+            self.version += 1
+
+    def settled(self, stepped: bool = False) -> bool:
+        """Whether every running worker takes its steps on the steps published last (no step runs on older
+        graphs); with ``stepped``, and one has completed on the current setting's graphs."""
+        with self.lock:
+            return all(v == self.version for v in self.on.values()) and (self._stepped_in_generation or not stepped)
+
+    def batches_read(self) -> int:
+        """The batches read since the input was last opened; the input is being opened again.
+
+        A live switch counts each running worker's step in flight as read
+        too; a step the old setting's workers start while the new input opens
+        reads a batch the new shards may read again (README, "Online
+        reconfiguration").
+        """
+        with self.lock:
+            read = self._read + (0 if self.sync else len(self.on))
+            self._read = 0
+            self._opening = True
+            self._counted_generation = self.generation
+        return read
+
+    def switch_origin(self) -> tuple[int, float, float | None]:
+        """Where a switch's cost is counted from: the last step, its wall time, the old setting's pace."""
+        with self.lock:
+            walls = [wall for _, _, wall in self.points]
+            return (self.step, walls[-1] if walls else time.time(),
+                    per_iteration_time(np.array(walls), min(self.warmup, max(len(walls) - 3, 0))))
+
+    def first_points(self) -> tuple[int, list]:
+        """The current setting's workers per round, and its first iterations (to time the last switch)."""
+        with self.lock:
+            return self.switch_workers, list(self.switch_points)
+
+    # -- segments ------------------------------------------------------------
+
+    def begin(self) -> None:
+        """The job's first segment."""
+        with self.lock:
+            started = self._start_segment()
+        self.recorder.segment_start(*started)
+
+    def end(self) -> None:
+        """The job's last segment ends."""
+        with self.lock:
+            ended = self._end_segment()
+        self.recorder.segment_end(*ended)
+
+    def hand_over(self) -> tuple[SegmentRun, int]:
+        """Ends the segment and starts the next under the same setting; returns the ended one's run and id."""
+        with self.lock:
+            run = self.segment_run()
+            ended = self._end_segment()
+            self.warmup = 0
+            started = self._start_segment()
+            self.goal = None  # until the decision is in
+        self.recorder.segment_end(*ended)
+        self.recorder.segment_start(*started)
+        return run, ended[0]
+
+    def go_on(self, segment_length: int) -> None:
+        """A decision to stay: the segment's iterations so far are its warm-up; it is timed from now."""
+        with self.lock:
+            self.warmup = max(self.warmup, len(self.points))
+            self.segment_started = time.monotonic()
+            self.goal = segment_length + self.warmup
+
+    def done(self) -> int:
+        with self.lock:
+            return len(self.points)
+
+    def segment_run(self) -> SegmentRun:
+        """The current segment, as the tuner reads it (the caller holds the lock, or no worker runs)."""
+        steps, losses, walls = (np.array(column, dtype=float) for column in zip(*self.points))
+        before = self._loss_before if math.isfinite(self._loss_before) else float(losses[0])
+        return SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self.warmup)
+
+    def _start_segment(self) -> tuple:
+        """Starts a segment (the caller holds the lock); returns what :meth:`Recorder.segment_start` records."""
+        if self.points or self.history:
+            self.segment += 1
+        self.points = []
+        self._loss_before = self.smoothed.value if self.smoothed.count else math.nan
+        self.segment_started = time.monotonic()
+        return self.segment, self.setting_id, self.phase, self.step + 1
+
+    def _end_segment(self) -> tuple:
+        """Ends the segment (the caller holds the lock): its points join the history; returns what
+        :meth:`Recorder.segment_end` records."""
+        self.history.extend(self.points)
+        points = self.points
+        return self.segment, self.step, points[0][1] if points else None, self.smoothed.value if points else None
+
+    # -- what the monitor reads ----------------------------------------------
+
+    def snapshot(self) -> tuple[list, list, float, bool]:
+        """The segment's points, the history's, the smoothed loss and whether it is ready: for an estimate."""
+        with self.lock:
+            return list(self.points), list(self.history), self.smoothed.value, self.smoothed.ready
+
+    def recent(self, n: int = 50) -> tuple[list, int, float | None]:
+        """The segment's latest ``n`` points, the step and the smoothed loss: for the progress display."""
+        with self.lock:
+            return self.points[-n:], self.step, self.smoothed.value if self.smoothed.count else None
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.smoothed.value if self.smoothed.count else None

@@ -1,0 +1,118 @@
+"""The worker threads: each runs its worker's training steps, one iteration after another.
+
+An asynchronous job has one thread per worker; a synchronous job one
+thread that runs every worker's step side by side, then the chief's apply.
+Each iteration is taken on the steps published last (see
+:class:`tfonline._state.TrainingState`) and recorded there. A worker stops
+at its iteration's end when the job stops, when the monitor pauses the
+workers for a switch, or when the new setting has no such worker.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import tensorflow as tf
+
+from tfonline._calls import essence, run_retrying_aborts
+from tfonline._state import Stop, TrainingState
+from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
+
+JOIN_TIMEOUT_S = 30.0
+
+
+class Workers:
+    """The threads that train on ``state``'s steps.
+
+    The thread table is guarded by the state's lock: a worker that ends
+    because the new setting dropped it, and a switch that starts the new
+    setting's workers, see one consistent table.
+    """
+
+    def __init__(self, state: TrainingState):
+        self.state = state
+        self.sync = state.sync
+        self.pause = threading.Event()  # the workers stop at their iteration's end (a switch that pauses)
+        self._threads: dict[int, threading.Thread] = {}
+
+    @property
+    def running(self) -> bool:
+        return bool(self._threads)
+
+    def start(self) -> None:
+        """Starts a thread for each worker that has none."""
+        with self.state.lock:
+            self.start_locked()
+
+    def start_locked(self) -> None:
+        """:meth:`start`, for a caller that holds the state's lock (a switch's publish)."""
+        if self.state.stopped.is_set():
+            return
+        ranks = range(1) if self.sync else range(len(self.state.steps))
+        for rank in ranks:
+            if rank not in self._threads:
+                loop, args, name = ((self._sync_loop, (), "tfonline-sync") if self.sync
+                                    else (self._async_loop, (rank,), f"tfonline-worker-{rank}"))
+                thread = threading.Thread(target=self._guard, args=(loop, *args), name=name, daemon=True)
+                self._threads[rank] = thread
+                thread.start()
+
+    def join(self) -> None:
+        with self.state.lock:
+            threads = list(self._threads.values())
+        for thread in threads:
+            thread.join(JOIN_TIMEOUT_S)
+        with self.state.lock:
+            self._threads.clear()
+
+    def _going(self) -> bool:
+        return not (self.state.stopped.is_set() or self.pause.is_set())
+
+    def _guard(self, loop, *args) -> None:
+        state = self.state
+        try:
+            loop(*args)
+        except tf.errors.OutOfRangeError:
+            message = (f"the dataset ended at step {state.step} before convergence: smoothed loss "
+                       f"{state.smoothed.value:.4g} > target_loss {state.job.target_loss:g}; "
+                       f"repeat it in input_fn (dataset.repeat()) or lower the target")
+            state.request_stop(Stop("data_exhausted", message, DatasetExhaustedError(message)))
+        except tf.errors.OpError as e:
+            message = f"TensorFlow failed at step {state.step}: {type(e).__name__}: {essence(e.message)}"
+            state.request_stop(Stop("failed", message, TfOnlineError(message)))
+        except Stop as stop:
+            state.request_stop(stop)
+        except BaseException as e:  # a bug; fail the job, never hang it
+            state.request_stop(Stop("failed", f"{type(e).__name__}: {e}", e))
+
+    def _async_loop(self, rank: int) -> None:
+        """Worker ``rank``'s iterations, each on the steps published last: a switch reaches it at its next
+        iteration boundary, and a worker the new setting does not have ends there."""
+        state = self.state
+        try:
+            while self._going():
+                taken = state.step_for(rank, gone=lambda: self._threads.pop(rank, None))
+                if taken is None:
+                    return
+                step, generation = taken
+                started = time.perf_counter()
+                loss, _ = run_retrying_aborts(step)
+                state.record(rank, time.perf_counter() - started, float(loss), generation)
+        finally:
+            state.off(rank)
+
+    def _sync_loop(self) -> None:
+        state = self.state
+        with ThreadPoolExecutor(len(state.steps), thread_name_prefix="tfonline-sync-worker") as pool:
+            try:
+                while self._going():
+                    steps, apply, generation = state.sync_steps()
+                    started = time.perf_counter()
+                    futures = [pool.submit(step) for step in steps]
+                    losses = [float(f.result()[0]) for f in futures]
+                    apply()
+                    state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
+            finally:
+                state.off(0)
