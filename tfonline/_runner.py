@@ -148,7 +148,8 @@ class Runner:
         try:
             self.cluster, owned = self._cluster(setting, node_count)
             self.recorder.cluster(self.cluster.addresses)
-            self.cluster.set_threads_of({node: threads_of(setting) for node in range(setting["ps"] + setting["worker"])})
+            used = range(setting["ps"] + setting["worker"])
+            self.cluster.set_threads_of({node: threads_of(setting) for node in used})
             self.engine = Engine(self.job, self.cluster, self.partitions, self.rule, self.container,
                                  sync=self.sync, seed=self.seed, saver=self.reconfig == "checkpoint",
                                  extra_knobs=tuple(self.tuning.extra_knobs) if self.tuning else ())

@@ -69,6 +69,15 @@ the online techniques are measured against: save a checkpoint with
 ``tf.compat.v1.train.Saver``, restart every node, build the graphs and
 sessions anew, restore the checkpoint, resume.
 
+**Where each part lives.** :mod:`.plan` classifies a change, once: the tuner
+attaches the :class:`Plan` to its decision. :mod:`.backend` is the hook a
+driver calls for every switch (:class:`Reconfig`: prepare ahead, live or
+paused, apply, settle after a transition, close). :mod:`.tensorflow` is the
+TensorFlow backend; it hands each plan to :mod:`.ssr`, :mod:`.odmr` (ODMR,
+TDR, node restarts) or :mod:`.baselines` ("restart", "checkpoint"), which
+work on the job's graphs and sessions (:class:`tfonline._sessions.Engine`).
+:mod:`.cost` measures what a switch cost the job. Nothing here imports the
+tuner or the driver.
 """
 
 from tfonline.reconfig.backend import Reconfig, SwitchContext, Switched
@@ -84,5 +93,6 @@ from tfonline.reconfig.plan import (
     switch_parts,
 )
 
-__all__ = ["Reconfig", "Switched", "SwitchContext", "Plan", "plan", "check_technique", "reconfiguration_types", "switch_parts", "TECHNIQUES",
+__all__ = ["Reconfig", "Switched", "SwitchContext", "Plan", "plan", "check_technique", "reconfiguration_types",
+           "switch_parts", "TECHNIQUES",
            "THREAD_KNOBS", "LAYOUT_KNOBS", "COMPILING_KNOBS"]

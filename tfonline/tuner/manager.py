@@ -4,8 +4,10 @@ A driver (the TensorFlow runner, or a simulator in the tests) runs the job in
 *segments*: iterations under one setting. At the end of each it hands the
 :class:`TuningManager` a :class:`SegmentRun`; the manager turns it into a
 triple ``(setting, loss before, R̂)``, decides the next setting, and returns a
-:class:`Decision`. The driver carries out the decision's :class:`~tfonline.reconfig.Plan`
-through a :class:`~tfonline.reconfig.Reconfig` backend and reports the measured cost back with :meth:`TuningManager.record_cost`.
+:class:`Decision`, which carries its :class:`~tfonline.reconfig.Plan`. The
+driver carries the plan out through a :class:`~tfonline.reconfig.Reconfig`
+backend and reports the measured cost back with
+:meth:`TuningManager.record_cost`.
 
 Phases:
 
