@@ -137,7 +137,7 @@ class Runner:
             setting = self.space.start(setting)
             if self.tuning.schedule is not None:
                 self._schedule = Schedule(self.space, setting, self.tuning.schedule, self.reconfig)
-        self.state.setting = dict(setting)
+        self.state.setting = setting
         self.rule = _graph.PartitioningRule(partition_count_for(node_count), DEFAULT_PARTITION_MIN_BYTES)
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         return node_count, setting

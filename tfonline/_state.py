@@ -80,7 +80,7 @@ class TrainingState:
         self.stop: Stop | None = None
         # Wakes the monitor loop: a stop, a decision made, or the segment's iterations all in.
         self.wake = threading.Event()
-        self.setting = dict(setting)
+        self.setting = setting
         self.phase = "fixed"
         self.step = 0
         self.smoothed = SmoothedLoss(job.smoothing_window)
@@ -112,8 +112,13 @@ class TrainingState:
         self._counted_generation = -1
 
     @property
-    def setting_id(self) -> str:
-        return setting_key(self.setting)
+    def setting(self) -> dict[str, Any]:
+        return self._setting
+
+    @setting.setter
+    def setting(self, setting: dict[str, Any]) -> None:
+        # Its id is kept with it: every iteration records it, under the lock.
+        self._setting, self.setting_id = dict(setting), setting_key(setting)
 
     # -- the workers' side ---------------------------------------------------
 
@@ -165,7 +170,7 @@ class TrainingState:
                 setting_id, segment = self.setting_id, self.segment
                 self._stepped_in_generation = True
                 self.points.append((self.step, loss, now))
-                if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Monitor.record_switch_cost
+                if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Switcher.record_cost
                     self.switch_points.append((self.step, loss, now))
                 if self.goal is not None and len(self.points) >= self.goal:
                     self.wake.set()
@@ -214,7 +219,7 @@ class TrainingState:
             observed = self.segment_run() if self.points and observe else None
             ended = self._end_segment()
             self._late_as = (self.setting_id, self.segment)
-            self.setting = dict(new)
+            self.setting = new
             self.steps, self.apply = steps, apply
             self.generation += 1
             self.version += 1
@@ -338,7 +343,7 @@ class TrainingState:
     def recent(self, n: int = 50) -> tuple[list, int, float | None]:
         """The segment's latest ``n`` points, the step and the smoothed loss: for the progress display."""
         with self.lock:
-            return self.points[-n:], self.step, self.smoothed.value if self.smoothed.count else None
+            return self.points[-n:], self.step, self.final_loss
 
     @property
     def final_loss(self) -> float | None:

@@ -91,9 +91,13 @@ class Workers:
         """Worker ``rank``'s iterations, each on the steps published last: a switch reaches it at its next
         iteration boundary, and a worker the new setting does not have ends there."""
         state = self.state
+
+        def gone() -> None:  # the new setting has no such worker: this thread ends (under the state's lock)
+            self._threads.pop(rank, None)
+
         try:
             while self._going():
-                taken = state.step_for(rank, gone=lambda: self._threads.pop(rank, None))
+                taken = state.step_for(rank, gone)
                 if taken is None:
                     return
                 step, generation = taken

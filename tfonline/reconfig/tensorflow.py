@@ -69,10 +69,9 @@ class TensorFlowReconfig(Reconfig):
             return baselines.restart(self.engine, old, new, context)
         if plan.technique == "checkpoint":
             return self._checkpoints.switch(self.engine, new, context)
+        if self._prepared is not None and self._prepared.setting != new:  # prepared for another switch
+            self.discard()
         prepared, self._prepared = self._prepared, None
-        if prepared is not None and prepared.setting != new:  # prepared for another switch: never used
-            odmr.discard(prepared)
-            prepared = None
         if plan.sessions_only:
             return ssr.reopen_sessions(self.engine, prepared, old, new, context)
         prepared = prepared or odmr.prepare(self.engine, old, new)

@@ -53,7 +53,6 @@ class Schedule:
     def __init__(self, space: KnobSpace, start: dict[str, Any], schedule: Sequence[tuple[int, dict[str, Any]]],
                  technique: str = "online"):
         self.space = space
-        self.technique = technique
         self.current = dict(start)
         self.steps: list[int] = []
         self.settings: list[dict[str, Any]] = []
