@@ -136,7 +136,7 @@ def test_compare_shows_completion_times_side_by_side(tuned_db, capsys):
     import sqlite3
 
     times = dict(sqlite3.connect(db).execute("select id, completion_time_s from jobs").fetchall())
-    ratio = float(lines[2].rstrip()[-5:-1])
+    ratio = float(lines[2].split()[-1].rstrip("x"))
     assert lines[2].startswith(tuned.job_id) and ratio == pytest.approx(
         times[tuned.job_id] / times[fixed.job_id], abs=0.006)
     assert main(["report", db, "--format", "json", "--compare", fixed.job_id, tuned.job_id]) == 0
