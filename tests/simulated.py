@@ -1,25 +1,28 @@
-"""A tiny deterministic backend for the tuning loop: a known response surface instead of TensorFlow.
+"""A surface whose optimum the tuner's tests know, on the simulator (:mod:`tfonline.simulator`).
 
-Time per iteration and convergence per iteration depend on the setting
-through a fixed formula; the driver runs the manager's segments against it,
-applies its decisions at a fixed cost, and reports that cost back, exactly as
-the TensorFlow runner does.
+Time per iteration depends on the setting through a fixed formula (not
+the calibrated speed model: the tests need an optimum they can compute);
+convergence is the simulator's loss curve, ``0.3 + 0.4/(1 + k/300)`` after
+progress k, written in Optimus's form, with its staleness. The simulator's
+:class:`~tfonline.simulator.Segments` runs the segments and the switches,
+as the driver does for the TensorFlow runner.
 """
 
 from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from tfonline.estimator import get_estimator
-from tfonline.tuner.manager import SegmentRun, TuningManager
+from tfonline.simulator import LossCurve, Segments, SpeedModel, Workload
+from tfonline.simulator.model import FEATURES
+from tfonline.tuner.manager import TuningManager
 from tfonline.tuner.space import KnobSpace
 
 NODES, CORES = 5, 4
 PINNED = {"do_common_subexpression_elimination": True, "max_folded_constant_in_bytes": 10 * 1024 * 1024,
           "do_function_inlining": True, "infer_shapes": False, "place_pruned_graph": False,
           "enable_bfloat16_sendrecv": False}
+SWITCH_COST_S = 0.1
 
 
 def space(**restrict) -> KnobSpace:
@@ -34,9 +37,22 @@ def seconds_per_iteration(s) -> float:
     return t * {"OFF": 1.0, "ON_1": 2.0, "ON_2": 4.0}[s["global_jit_level"]]
 
 
+class KnownSurface(SpeedModel):
+    """:func:`seconds_per_iteration` as the simulator's speed model (asynchronous: a step takes ``w`` times it)."""
+
+    def __init__(self):
+        super().__init__([0.0] * len(FEATURES), hosts=1, cores=CORES)
+
+    def step_s(self, setting) -> float:
+        return seconds_per_iteration(setting) * setting["worker"]
+
+
+CURVE = LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.05, noise=0.02)  # 0.3 + 0.4/(1 + k/300)
+
+
 def progress_per_iteration(s) -> float:
     """Staleness: more workers, a little less progress per (asynchronous) iteration."""
-    return 1.0 / (1 + 0.05 * (s["worker"] - 1))
+    return CURVE.progress_per_iteration(s, sync=False)
 
 
 def time_per_progress(s) -> float:
@@ -58,45 +74,11 @@ def optimum(sp: KnobSpace) -> float:
     return best
 
 
-class SimulatedJob:
-    """Loss ``0.3 + 0.4/(1 + p/300)`` after progress p, with 2% multiplicative noise; a switch costs 0.1 s."""
-
-    switch_cost_s = 0.1
-
-    def __init__(self, seed: int, target_loss: float = 0.33):
-        self.rng = np.random.default_rng(seed)
-        self.target_loss = target_loss
-        self.step, self.progress, self.clock = 0, 0.0, 0.0
-        self.smoothed = 0.7
-
-    def loss(self) -> float:
-        return 0.3 + 0.4 / (1 + self.progress / 300)
-
-    def run_segment(self, setting, iterations: int) -> SegmentRun:
-        before = self.smoothed
-        steps, losses, walls = [], [], []
-        for _ in range(iterations):
-            self.step += 1
-            self.progress += progress_per_iteration(setting)
-            self.clock += seconds_per_iteration(setting) * (1 + 0.05 * self.rng.standard_normal())
-            loss = self.loss() * (1 + 0.02 * self.rng.standard_normal())
-            self.smoothed = 0.9 * self.smoothed + 0.1 * loss
-            steps.append(self.step), losses.append(loss), walls.append(self.clock)
-        return SegmentRun(dict(setting), np.array(steps, float), np.array(losses), np.array(walls), before,
-                          self.smoothed)
-
-
-def drive(manager: TuningManager, job: SimulatedJob, decisions: int) -> list:
-    """Runs ``decisions`` segments; returns the decisions."""
-    made = []
-    for _ in range(decisions):
-        run = job.run_segment(manager.current, manager.segment_length())
-        decision = manager.on_segment_end(run)
-        made.append(decision)
-        if decision.switch:
-            job.clock += job.switch_cost_s
-            manager.record_cost(decision.parts, job.switch_cost_s)
-    return made
+def SimulatedJob(seed: int, target_loss: float = 0.33) -> Segments:
+    """The known surface's job, segment by segment; a switch costs ``switch_cost_s`` (0.1 s)."""
+    workload = Workload("KnownSurface", NODES, KnownSurface(), CURVE, target_loss=target_loss, model_bytes=0.0,
+                        start_s=0.0, smoothing_window=19)  # the smoothed loss weighs a new loss 0.1
+    return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)
 
 
 def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:

@@ -191,7 +191,7 @@ def test_tdr_reshards_so_that_no_batch_is_read_twice(five_nodes, db_path):
     switched_at = [step for (step,) in conn.execute("select step from reconfigurations order by step")]
     assert len(switched_at) == 5
     workers = [1, 2, 3, 1, 3, 2]
-    read, passed_over_allowed = [], 0
+    read = []
     for step, loss in conn.execute("select step, loss from iterations order by step"):
         n = workers[sum(step > s for s in switched_at)]
         middle = 3000 - loss  # the mean position (0-based) of the n batches read

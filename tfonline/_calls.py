@@ -19,6 +19,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfonline.cluster import NodeThreads
+from tfonline.exceptions import essence
 from tfonline.setting import THREAD_KNOBS
 
 logger = logging.getLogger("tfonline")
@@ -159,13 +160,6 @@ def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
             if attempt == retries:
                 raise
             logger.warning("a step was aborted (%s: %s); running it again", type(e).__name__, essence(e.message))
-
-
-def essence(message: str) -> str:
-    """The line of a TensorFlow error message that says what went wrong."""
-    noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
-    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
-    return lines[0] if lines else message.strip()
 
 
 def node_of(device: str) -> int:

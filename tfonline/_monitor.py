@@ -15,16 +15,15 @@ import contextlib
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 
-from tfonline._calls import essence
+from tfonline._decisions import record_decision
 from tfonline._eta import Progress
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
 from tfonline._workers import Workers
-from tfonline.exceptions import NodeFailedError, TfOnlineError
+from tfonline.exceptions import NodeFailedError, TfOnlineError, essence
 from tfonline.tuner.manager import Decision, SegmentRun
 
 logger = logging.getLogger("tfonline")
@@ -216,24 +215,14 @@ class Monitor:
         not applied, with the reason. None: the tuner failed, and tuning
         stopped (:meth:`stop_tuning`).
         """
-        state = self.state
         future, self._deciding = self._deciding, None
         with self.tuner_faults():
             decision, segment, old_phase = future.result()
             triple = self.manager.triples[-1]
         if self.manager is None:
             return None
-        self.recorder.triple(triple, segment, self.estimator_name)
-        if ended and decision.switch:
-            decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
-        self.recorder.decision(decision, state.step, state.smoothed.value)
-        if self.manager.phase != old_phase:
-            self.recorder.phase(self.manager.phase, state.step + 1)
-        state.phase = decision.phase
-        if not decision.switch:
-            state.go_on(self.manager.segment_length())
-            self.recorder.segment_phase(state.segment, state.phase)
-        return decision
+        return record_decision(self.recorder, self.state, self.manager, decision, triple, segment, old_phase,
+                               self.estimator_name, ended)
 
     def _learn(self, parts: list, cost_s: float) -> None:
         """A switch's measured cost, for the tuner's cost model."""

@@ -12,18 +12,23 @@ import json
 import os
 import platform
 import time
-from typing import Any
+from typing import Any, Callable
 
 from tfonline.repository import Repository
 from tfonline.setting import setting_key, short_form
 
 
 class Recorder:
-    """Writes one job's rows to ``repo`` (a :class:`~tfonline.repository.Repository`)."""
+    """Writes one job's rows to ``repo`` (a :class:`~tfonline.repository.Repository`).
 
-    def __init__(self, repo: Repository, job_id: str):
+    ``clock`` gives the wall time rows record (:func:`time.time`; the
+    simulator's clock for a simulated job).
+    """
+
+    def __init__(self, repo: Repository, job_id: str, clock: Callable[[], float] = time.time):
         self.repo = repo
         self.job_id = job_id
+        self.clock = clock
         self.started = False  # the job's row is written: its end is recorded too
 
     def job_start(self, *, name: str, script: str, mode: str, target_loss: float, max_steps, max_seconds,
@@ -35,7 +40,7 @@ class Recorder:
             "started_at": started_at, "node_count": node_count, "knob_space": json.dumps(knob_space),
             "host": platform.node(), "tf_version": tf_version, "python": platform.python_version(), "seed": seed,
             "tuned": int(tuned), "driver_host": platform.node(), "driver_pid": os.getpid(),
-            "heartbeat_at": time.time(),
+            "heartbeat_at": self.clock(),
         })
         self.repo.flush()
         self.started = True
@@ -46,7 +51,7 @@ class Recorder:
         """The job's outcome; never raises (the job's own error, if any, is what the caller reports)."""
         if not self.started:
             return
-        finished = time.time()
+        finished = self.clock()
         values = {
             "status": status, "stop_reason": reason, "finished_at": finished,
             "completion_time_s": finished - started_at, "iterations": iterations, "final_loss": final_loss,
@@ -65,16 +70,16 @@ class Recorder:
 
     def phase(self, phase: str, start_step: int) -> None:
         self.repo.insert("phases", {"job_id": self.job_id, "phase": phase, "start_step": start_step,
-                                    "wall_time": time.time()}, replace=True)
+                                    "wall_time": self.clock()}, replace=True)
 
     def segment_start(self, segment: int, setting_id: str, phase: str, start_step: int) -> None:
         self.repo.insert("segments", {"job_id": self.job_id, "segment": segment, "setting_id": setting_id,
-                                      "phase": phase, "start_step": start_step, "started_at": time.time()})
+                                      "phase": phase, "start_step": start_step, "started_at": self.clock()})
 
     def segment_end(self, segment: int, end_step: int, start_loss, end_loss) -> None:
         """``end_loss`` is the smoothed loss at the segment's end: what the report shows."""
         self.repo.update("segments", (self.job_id, segment), {
-            "end_step": end_step, "start_loss": start_loss, "end_loss": end_loss, "ended_at": time.time()})
+            "end_step": end_step, "start_loss": start_loss, "end_loss": end_loss, "ended_at": self.clock()})
 
     def segment_phase(self, segment: int, phase: str) -> None:
         self.repo.update("segments", (self.job_id, segment), {"phase": phase})
@@ -89,7 +94,7 @@ class Recorder:
     def estimate(self, *, step: int, estimator: str, loss: float, remaining_iterations, remaining_s) -> None:
         self.repo.insert("estimates", {
             "job_id": self.job_id, "step": step, "estimator": estimator, "loss": loss,
-            "remaining_iterations": remaining_iterations, "remaining_s": remaining_s, "wall_time": time.time(),
+            "remaining_iterations": remaining_iterations, "remaining_s": remaining_s, "wall_time": self.clock(),
         }, replace=True)
 
     def triple(self, triple, segment: int, estimator: str) -> None:
@@ -109,7 +114,7 @@ class Recorder:
             "candidate_setting_id": setting_key(decision.candidate), "loss": loss,
             "expected_improvement_s": decision.expected_improvement_s,
             "reconfiguration_cost_s": decision.cost_s, "applied": int(decision.switch), "reason": decision.reason,
-            "types": "+".join(decision.types), "overhead_s": decision.overhead_s, "wall_time": time.time(),
+            "types": "+".join(decision.types), "overhead_s": decision.overhead_s, "wall_time": self.clock(),
         }, replace=True)
 
     def tuning_stopped(self, step: int, setting: dict[str, Any], loss: float, reason: str) -> None:
@@ -117,7 +122,7 @@ class Recorder:
         self.repo.insert("decisions", {
             "job_id": self.job_id, "step": step, "phase": "untuned", "current_setting_id": setting_key(setting),
             "candidate_setting_id": setting_key(setting), "loss": loss, "applied": 0, "reason": reason,
-            "types": "", "wall_time": time.time(),
+            "types": "", "wall_time": self.clock(),
         }, replace=True)
 
     def reconfiguration(self, *, step: int, old: dict[str, Any], new: dict[str, Any], plan, bytes_moved: int,
@@ -127,5 +132,5 @@ class Recorder:
             "job_id": self.job_id, "step": step, "from_setting_id": setting_key(old), "to_setting_id": setting_key(new),
             "types": "+".join(plan.types), "technique": plan.technique, "actions": json.dumps(list(plan.actions)),
             "bytes_moved": bytes_moved, "cost_s": cost_s, "iterations_during": iterations_during,
-            "wall_time": time.time(),
+            "wall_time": self.clock(),
         }, replace=True)

@@ -74,6 +74,10 @@ class TrainingState:
     def __init__(self, job, recorder: Recorder, setting: dict[str, Any], *, sync: bool, max_steps: int | None,
                  patience: int | None):
         self.job, self.recorder, self.sync = job, recorder, sync
+        # Wall times (the recorder's clock), and a monotonic one for segment durations: the simulator's
+        # clock for both in a simulated job.
+        self.clock = recorder.clock
+        self.timer = time.monotonic if recorder.clock is time.time else recorder.clock
         self.max_steps, self.patience = max_steps, patience
         self.lock = threading.Lock()
         self.stopped = threading.Event()
@@ -157,7 +161,7 @@ class TrainingState:
                 message = f"the loss became {loss} at step {self.step + 1}: training diverged"
                 raise Stop("failed", message, TfOnlineError(message))
             self.step += 1
-            now = time.time()
+            now = self.clock()
             if self.first_iteration_at is None:
                 self.first_iteration_at = now
             smoothed = self.smoothed.add(loss)
@@ -266,7 +270,7 @@ class TrainingState:
         """Where a switch's cost is counted from: the last step, its wall time, the old setting's pace."""
         with self.lock:
             walls = [wall for _, _, wall in self.points]
-            return (self.step, walls[-1] if walls else time.time(),
+            return (self.step, walls[-1] if walls else self.clock(),
                     per_iteration_time(np.array(walls), min(self.warmup, max(len(walls) - 3, 0))))
 
     def first_points(self) -> tuple[int, list]:
@@ -304,7 +308,7 @@ class TrainingState:
         """A decision to stay: the segment's iterations so far are its warm-up; it is timed from now."""
         with self.lock:
             self.warmup = max(self.warmup, len(self.points))
-            self.segment_started = time.monotonic()
+            self.segment_started = self.timer()
             self.goal = segment_length + self.warmup
 
     def done(self) -> int:
@@ -323,7 +327,7 @@ class TrainingState:
             self.segment += 1
         self.points = []
         self._loss_before = self.smoothed.value if self.smoothed.count else math.nan
-        self.segment_started = time.monotonic()
+        self.segment_started = self.timer()
         return self.segment, self.setting_id, self.phase, self.step + 1
 
     def _end_segment(self) -> tuple:

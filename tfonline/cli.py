@@ -3,6 +3,8 @@
     tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--compare JOB ...]
     tfonline upgrade DB
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
+    tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
+    tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--bind ADDRESS]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
@@ -53,6 +55,43 @@ def _report(args) -> int:
             print(f"html: {args.html}", file=sys.stderr)
     finally:
         repo.db.conn.close()
+    return 0
+
+
+def _simulate(args) -> int:
+    from tfonline.simulator.calibrate import load_workload
+    from tfonline.simulator.evaluate import evaluate, evaluation_text
+    from tfonline.simulator.run import paper_scale
+
+    for name in ("random_settings", "seeds"):
+        if getattr(args, name) < 1:
+            raise ConfigurationError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.min_segment_s < 0:
+        raise ConfigurationError(f"--min-segment-s must be >= 0, got {args.min_segment_s}")
+    workload = load_workload(args.model) if args.model else paper_scale(args.mode)
+    if workload.curve.progress_to(workload.target_loss) == float("inf"):
+        raise ConfigurationError(f"--model's loss curve must reach its target_loss {workload.target_loss:g}, got a "
+                                 f"floor of {workload.curve.b2:.4g}: calibrate on runs that reached the target")
+    result = evaluate(workload, args.db, random_settings=args.random_settings, seeds=range(args.seeds),
+                      min_segment_s=args.min_segment_s)
+    print(json.dumps(result, indent=2) if args.json else evaluation_text(result))
+    return 0
+
+
+def _calibrate(args) -> int:
+    from tfonline.repository import Repository
+    from tfonline.simulator.calibrate import calibrate
+
+    repo = Repository(args.db, create=False)
+    try:
+        result = calibrate(repo, args.job, hosts=args.hosts, cores=args.cores, holdout=args.holdout, seed=args.seed)
+    finally:
+        repo.db.conn.close()
+    print(result.text())
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result.to_dict(), f, indent=2)
+        print(f"model: {args.out} (tfonline simulate --model {args.out})", file=sys.stderr)
     return 0
 
 
@@ -130,6 +169,33 @@ clusters belong on one); --bind 0.0.0.0 listens on every interface.
 """
 
 
+def _simulator_commands(sub) -> None:
+    """``simulate`` and ``calibrate``."""
+    cores = os.cpu_count() or 1
+    simulate = sub.add_parser("simulate", help="random fixed settings and a tuned job on a modelled cluster "
+                                               "(default: the paper's, 36 nodes)")
+    simulate.add_argument("--model", help="a model written by tfonline calibrate --out (default: the paper's scale)")
+    simulate.add_argument("--db", default="simulated.db", help="the repository the tuned jobs are written to "
+                                                                "(default simulated.db)")
+    simulate.add_argument("--random-settings", type=int, default=100, help="fixed settings to compare (default 100)")
+    simulate.add_argument("--seeds", type=int, default=1, help="tuned jobs, one per seed (default 1)")
+    simulate.add_argument("--mode", choices=("async", "sync"), default="async", help="the paper-scale job's mode")
+    simulate.add_argument("--min-segment-s", type=float, default=120.0,
+                          help="the tuner's least segment, in simulated seconds (default 120)")
+    simulate.add_argument("--json", action="store_true", help="print the result as JSON")
+    simulate.set_defaults(func=_simulate)
+    calibrate = sub.add_parser("calibrate", help="fit the simulator's speed model to a repository's fixed-setting "
+                                                 "runs, with its error on runs held out")
+    calibrate.add_argument("db", help="a repository with fixed-setting runs of one job")
+    calibrate.add_argument("--job", help="the job name (default: the one with most fixed-setting runs)")
+    calibrate.add_argument("--holdout", type=float, default=0.25, help="share of runs held out (default 0.25)")
+    calibrate.add_argument("--seed", type=int, default=0, help="which runs are held out (default 0)")
+    calibrate.add_argument("--hosts", type=int, default=1, help="machines the runs' nodes ran on (default 1)")
+    calibrate.add_argument("--cores", type=int, default=cores, help=f"cores per machine (default {cores})")
+    calibrate.add_argument("--out", metavar="MODEL.json", help="write the model for tfonline simulate --model")
+    calibrate.set_defaults(func=_calibrate)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfonline", description="Self-tuning TensorFlow parameter-server training.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -153,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     quality.add_argument("--segment", type=int, default=60, help="iterations per segment (default 60)")
     quality.add_argument("--estimator", action="append", help="an estimator to assess (default: all registered)")
     quality.set_defaults(func=_estimate_quality)
+    _simulator_commands(sub)
     cores = os.cpu_count() or 1
     node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))", description=NODE_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)

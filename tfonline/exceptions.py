@@ -39,3 +39,10 @@ class NodeFailedError(ClusterError):
 
 class DatasetExhaustedError(TfOnlineError):
     """A worker's input ended before the job converged."""
+
+
+def essence(message: str) -> str:
+    """The line of a TensorFlow error message that says what went wrong."""
+    noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
+    lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
+    return lines[0] if lines else message.strip()

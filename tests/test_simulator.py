@@ -1,0 +1,230 @@
+"""The simulator: its models, a simulated job written to the repository, the calibration, the commands."""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfonline.cli import main
+from tfonline.exceptions import ConfigurationError
+from tfonline.repository import Repository
+from tfonline.simulator import FEATURES, LossCurve, Simulation, SpeedModel, Workload, features, fixed_runs
+from tfonline.simulator.calibrate import calibrate
+from tfonline.tuner import Tuning
+
+pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+
+THETA = [0.004, 0.002, 0.001, 0.0005, 0.003, 0.0005, 0.002, 0.004, 0.012]
+QUICK_TUNING = Tuning(initial_iterations=20, random_settings=2, segment_iterations=60, min_segment_s=0,
+                      exploration_budget=None, resume=False)
+
+
+LONG = LossCurve(b0=1 / 400, b1=2.0, b2=0.3)  # about 6,000 iterations: room for a few decisions
+
+
+def small_workload(**changes) -> Workload:
+    """A 4-node job on one 2-core host that converges in about 2,000 iterations."""
+    speed = SpeedModel(THETA, hosts=1, cores=2, compile_s={"ON_1": 3.0, "ON_2": 6.0})
+    options = dict(name="SmallJob", nodes=4, speed=speed, curve=LossCurve(b0=1 / 100, b1=2.0, b2=0.3),
+                   target_loss=0.36, model_bytes=1e6, start_s=2.0)
+    options.update(changes)
+    return Workload(**options)
+
+
+def test_the_speed_model_is_optimus_form_plus_threads_crowding_and_xla():
+    s = {"ps": 2, "worker": 3, "intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 1,
+         "global_jit_level": "ON_2"}
+    assert dict(zip(FEATURES, features(s, hosts=1, cores=2))) == {
+        "base": 1.0, "w/p": 1.5, "w": 3, "p": 2, "1/intra": 0.5, "1/inter": 1.0, "crowding": 2.0,
+        "jit:ON_1": 0.0, "jit:ON_2": 1.0}
+    model = SpeedModel(THETA, hosts=1, cores=2)
+    assert model.iteration_s(s) == pytest.approx(model.step_s(s) / 3)  # asynchronous workers step side by side
+    sync = SpeedModel(THETA, hosts=1, cores=2, sync=True)
+    assert sync.iteration_s(s) == pytest.approx(sync.step_s(s))
+    # Spread over more hosts, the workers no longer crowd one host's cores.
+    assert features(s, hosts=3, cores=2)[FEATURES.index("crowding")] == 0.0
+
+
+def test_the_fit_recovers_the_model_that_made_the_times():
+    rng = random.Random(3)
+    space = small_workload().space()
+    truth = SpeedModel(THETA, hosts=1, cores=2)
+    settings = [space.sample(rng) for _ in range(40)]
+    exact = SpeedModel.fit([(s, truth.iteration_s(s)) for s in settings], hosts=1, cores=2)
+    assert np.allclose(exact.theta, THETA, rtol=1e-6, atol=1e-9)
+    noise = np.random.default_rng(0)
+    noisy = SpeedModel.fit([(s, truth.iteration_s(s) * (1 + 0.05 * noise.standard_normal())) for s in settings],
+                           hosts=1, cores=2)
+    unseen = [space.sample(rng) for _ in range(20)]
+    errors = [abs(noisy.iteration_s(s) / truth.iteration_s(s) - 1) for s in unseen]
+    assert max(errors) < 0.15 and np.median(errors) < 0.05
+
+
+def test_bad_models_are_refused_with_what_was_expected():
+    with pytest.raises(ConfigurationError, match=r"theta must be 9 numbers >= 0 \(base, w/p, .*\), got \[1.0\]"):
+        SpeedModel([1.0], hosts=1, cores=2)
+    with pytest.raises(ConfigurationError, match="a loss curve needs b0 > 0"):
+        LossCurve(b0=0, b1=1, b2=0)
+    with pytest.raises(ConfigurationError, match="a speed model needs at least 2 runs to fit, got 1"):
+        SpeedModel.fit([({}, 1.0)], hosts=1, cores=2)
+
+
+def test_the_loss_curve_has_staleness_and_its_inverse():
+    curve = LossCurve(b0=1 / 100, b1=2.0, b2=0.3, staleness=0.1)
+    assert curve.loss(curve.progress_to(0.4)) == pytest.approx(0.4)
+    assert curve.progress_to(0.3) == float("inf")  # the floor is never reached
+    one, four = ({"worker": w} for w in (1, 4))
+    assert curve.progress_per_iteration(one, sync=False) == 1.0
+    assert curve.progress_per_iteration(four, sync=False) == pytest.approx(1 / 1.3)  # staler gradients
+    assert curve.progress_per_iteration(four, sync=True) == pytest.approx(2.5)  # a larger batch
+
+
+@pytest.fixture(scope="module")
+def simulated_db(tmp_path_factory):
+    db = str(tmp_path_factory.mktemp("sim") / "runs.db")
+    repo = Repository(db)
+    workload = small_workload(curve=LONG)
+    start = dict(workload.default_setting(), global_jit_level="ON_2")  # a slow start: tuning pays
+    tuned = Simulation(workload, repo, start, tuning=QUICK_TUNING, seed=1)
+    fixed = Simulation(workload, repo, start, tuning=None, seed=1)
+    outcomes = (tuned.run(), fixed.run())
+    repo.close()
+    return db, tuned, fixed, outcomes
+
+
+def test_a_simulated_job_writes_the_repository_a_real_one_does(simulated_db, capsys):
+    db, tuned, fixed, (tuned_outcome, fixed_outcome) = simulated_db
+    assert tuned_outcome[0] == fixed_outcome[0] == "converged"
+    conn = sqlite3.connect(db)
+    count = dict(conn.execute("select job_id, count(*) from iterations group by job_id").fetchall())
+    assert count == {tuned.job_id: tuned.state.step, fixed.job_id: fixed.state.step}
+    job = dict(zip(["status", "tuned", "tf_version", "iterations", "completion"], conn.execute(
+        "select status, tuned, tf_version, iterations, completion_time_s from jobs where id = ?",
+        (tuned.job_id,)).fetchone()))
+    assert job["status"] == "converged" and job["tuned"] == 1 and job["tf_version"] == "simulated"
+    assert job["completion"] == pytest.approx(tuned.clock.now - tuned.started_at)  # the simulated clock
+    phases = [p for (p,) in conn.execute("select phase from phases where job_id = ? order by start_step",
+                                         (tuned.job_id,))]
+    assert phases[:2] == ["initial", "random"]
+    moves = conn.execute("select technique, cost_s from reconfigurations where job_id = ?", (tuned.job_id,)).fetchall()
+    assert moves and all(technique and cost > 0 for technique, cost in moves)
+    assert conn.execute("select count(*) from decisions where job_id = ?", (tuned.job_id,)).fetchone()[0] >= 3
+    assert conn.execute("select count(*) from estimates where job_id = ?", (tuned.job_id,)).fetchone()[0] >= 1
+    assert main(["report", db, "--job", tuned.job_id]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"job {tuned.job_id} (SmallJob, async)") and "decisions:" in out and "random " in out
+
+
+def test_the_simulated_clock_is_the_models_time_and_fixed_runs_agree_with_the_loop(simulated_db):
+    db, tuned, fixed, _ = simulated_db
+    workload = small_workload(curve=LONG)
+    conn = sqlite3.connect(db)
+    knobs = dict(conn.execute("select id, knobs from settings").fetchall())
+    # From the first iteration to the last: each setting's iterations at its modelled pace, and the switches.
+    per_setting = conn.execute("select setting_id, count(*) from iterations where job_id = ? group by setting_id",
+                               (tuned.job_id,)).fetchall()
+    modelled = sum(n * workload.speed.iteration_s(json.loads(knobs[s])) for s, n in per_setting)
+    switches = conn.execute("select sum(cost_s) from reconfigurations where job_id = ?", (tuned.job_id,)).fetchone()[0]
+    first, last = conn.execute("select min(wall_time), max(wall_time) from iterations where job_id = ?",
+                               (tuned.job_id,)).fetchone()
+    assert len(per_setting) >= 2 and switches > 0
+    assert last - first == pytest.approx(modelled + switches, rel=0.02)  # 5% noise per iteration, averaged
+    # The array version of a fixed run (fixed_runs) and the loop agree, up to their noise.
+    fixed_s = fixed.clock.now - fixed.started_at
+    [outcome] = fixed_runs(workload, [fixed.state.setting], seed=5)
+    assert outcome.status == "converged"
+    assert outcome.completion_s == pytest.approx(fixed_s, rel=0.1)
+    assert outcome.iterations == pytest.approx(fixed.state.step, rel=0.1)
+
+
+def _as_real_runs(db: str) -> None:
+    """Marks simulated fixed runs as real ones, so the calibration takes them (it leaves simulated jobs out)."""
+    conn = sqlite3.connect(db)
+    conn.execute("update jobs set tf_version = '2.x' where tuned = 0")
+    conn.commit()
+    conn.close()
+
+
+def test_the_calibration_recovers_the_model_and_reports_its_held_out_error(tmp_path, capsys):
+    db = str(tmp_path / "fixed.db")
+    repo = Repository(db)
+    workload = small_workload()
+    rng = random.Random(11)
+    space = workload.space({"global_jit_level": "OFF"})
+    for seed in range(12):
+        Simulation(workload, repo, space.sample(rng), tuning=None, seed=seed, max_seconds=20).run()
+    repo.close()
+    _as_real_runs(db)
+    repo = Repository(db, create=False)
+    result = calibrate(repo, hosts=1, cores=2, holdout=0.25)
+    repo.db.conn.close()
+    assert len(result.fitted) == 9 and len(result.held_out) == 3
+    held = result.to_dict()["held_out_error"]
+    assert held["max_abs"] < 0.1  # 5% noise per iteration, averaged over hundreds
+    assert result.workload.speed.iteration_s(workload.default_setting()) == pytest.approx(
+        workload.speed.iteration_s(workload.default_setting()), rel=0.1)
+    out = tmp_path / "model.json"
+    assert main(["calibrate", db, "--cores", "2", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "SmallJob: speed model fitted on 9 runs, checked on 3 held out" in text
+    assert "error, held-out runs: median " in text
+    model = json.loads(out.read_text())
+    assert set(model["speed"]["theta"]) == set(FEATURES) and model["held_out_runs"]
+    assert main(["simulate", "--model", str(out), "--db", str(tmp_path / "sim.db"), "--random-settings", "4",
+                 "--min-segment-s", "5"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("SmallJob (async) on 4 simulated nodes; 4 random fixed settings")
+    assert "average / tfonline " in text and "tfonline report " in text
+
+
+def _model_json(**changes) -> dict:
+    """What tfonline calibrate --out writes, for the small workload."""
+    from tfonline.simulator.calibrate import Calibration
+
+    return Calibration(small_workload(**changes), [], []).to_dict()
+
+
+def test_command_errors_are_one_line(tmp_path):
+    def error(*argv):
+        out = subprocess.run([sys.executable, "-m", "tfonline.cli", *argv], capture_output=True, text=True)
+        assert out.returncode == 1, out.stderr
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1, out.stderr
+        return lines[0]
+
+    empty = str(tmp_path / "empty.db")
+    Repository(empty).close()
+    assert error("calibrate", empty) == ("tfonline: error: calibrate needs at least 4 fixed-setting runs (untuned, "
+                                         "one setting, >= 30 iterations) of one job, got 0")
+    assert error("calibrate", empty, "--holdout", "1.5") == "tfonline: error: holdout must be a fraction in [0, 1), got 1.5"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert error("simulate", "--model", str(bad)).startswith(
+        f"tfonline: error: --model must be a JSON file written by tfonline calibrate --out, got '{bad}': KeyError")
+    floor = tmp_path / "floor.json"
+    floor.write_text(json.dumps(_model_json(target_loss=0.2)))
+    assert error("simulate", "--model", str(floor)) == (
+        "tfonline: error: --model's loss curve must reach its target_loss 0.2, got a floor of 0.3: calibrate on "
+        "runs that reached the target")
+    assert error("simulate", "--random-settings", "0") == "tfonline: error: --random-settings must be >= 1, got 0"
+    assert error("simulate", "--min-segment-s", "-1") == "tfonline: error: --min-segment-s must be >= 0, got -1.0"
+
+
+def test_the_simulator_does_not_import_tensorflow(tmp_path):
+    code = ("import sys; sys.path.insert(0, sys.argv[2]); from test_simulator import small_workload, QUICK_TUNING; "
+            "from tfonline.repository import Repository; from tfonline.simulator import Simulation; "
+            "repo = Repository(sys.argv[1]); w = small_workload(); "
+            "print(Simulation(w, repo, w.default_setting(), tuning=QUICK_TUNING).run()); repo.close(); "
+            "assert 'tensorflow' not in sys.modules, 'the simulator imported TensorFlow'")
+    import os
+
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r.db"), os.path.dirname(__file__)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "converged" in out.stdout

@@ -1,0 +1,30 @@
+"""A tuner's decision on a segment, recorded: shared by the driver's monitor and the simulator."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tfonline._recorder import Recorder
+from tfonline._state import TrainingState
+from tfonline.tuner.manager import Decision
+
+
+def record_decision(recorder: Recorder, state: TrainingState, manager, decision: Decision, triple, segment: int,
+                    old_phase: str, estimator_name: str | None, ended: bool = False) -> Decision:
+    """Records ``decision`` on ``segment`` (its ``triple``, the decision row, a new phase) and returns it.
+
+    When the job ``ended`` meanwhile, a decision to switch is recorded as not
+    applied, with the reason. A decision to stay lets the segment go on
+    (:meth:`TrainingState.go_on`); a switch is then the caller's to make.
+    """
+    recorder.triple(triple, segment, estimator_name)
+    if ended and decision.switch:
+        decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
+    recorder.decision(decision, state.step, state.smoothed.value)
+    if manager.phase != old_phase:
+        recorder.phase(manager.phase, state.step + 1)
+    state.phase = decision.phase
+    if not decision.switch:
+        state.go_on(manager.segment_length())
+        recorder.segment_phase(state.segment, state.phase)
+    return decision

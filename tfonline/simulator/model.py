@@ -1,0 +1,183 @@
+"""The simulator's models of a cluster and a job: speed, convergence and switch costs.
+
+**Speed** (:class:`SpeedModel`). One worker's step takes
+
+    T(s) = θ·φ(s),  θ ≥ 0,
+
+with the features φ of :data:`FEATURES`: Optimus's terms (seed 003, eq. 3:
+``θ0 + θ1·w/p + θ2·w + θ3·p``), then the thread pools (compute spread over
+``intra`` and ``inter`` threads: ``1/intra``, ``1/inter``), the crowding of a
+host's cores (workers on one host asking for more threads than it has), and
+XLA (one term per ``global_jit_level`` that is on, per worker sharing a
+host). Asynchronous workers step side by side, so the job does ``w / T``
+iterations a second; a synchronous step is one iteration. Switching to a
+setting with XLA on pays its compilation once (``compile_s``). The other
+session knobs (constant folding, CSE, inlining, shape inference, pruning,
+bfloat16 transfers) are not modelled: on this machine's LogR runs, the fit's
+errors do not depend on them beyond its noise (NOTES.md).
+
+**Convergence** (:class:`LossCurve`). Optimus's loss curve (seed 003,
+§3.1), ``l(k) = 1/(β0·k + β1) + β2``, in *progress* ``k``: an asynchronous
+iteration makes ``1 / (1 + staleness·(w − 1))`` of progress (more workers,
+staler gradients), a synchronous one ``1 + sync_gain·(w − 1)`` (a larger
+batch). Each loss has multiplicative noise.
+
+**Switch costs** (:class:`SwitchCosts`). Each technique's part of a
+:class:`~tfonline.reconfig.Plan` costs its seconds, moved bytes cost their
+transfer, and XLA compiles at the first step after any switch to a setting
+that has it on (as on TensorFlow, see :func:`tfonline.reconfig.switch_parts`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from tfonline.exceptions import ConfigurationError
+from tfonline.reconfig.plan import Plan
+
+# The speed model's features, in θ's order.
+FEATURES = ("base", "w/p", "w", "p", "1/intra", "1/inter", "crowding", "jit:ON_1", "jit:ON_2")
+
+
+def features(setting: Mapping[str, Any], hosts: int, cores: int) -> np.ndarray:
+    """φ(setting) on ``hosts`` machines of ``cores`` cores each (see :data:`FEATURES`).
+
+    The nodes are spread over the hosts, workers first; crowding is how far
+    the busiest host's workers ask for more intra-op threads than it has
+    cores (0 when they fit). XLA's term counts the workers that share the
+    busiest host: its extra work per step competes for the same cores.
+    """
+    p, w = setting["ps"], setting["worker"]
+    intra, inter = setting["intra_op_parallelism_threads"], setting["inter_op_parallelism_threads"]
+    jit = setting.get("global_jit_level", "OFF")
+    workers_per_host = math.ceil(w / hosts)
+    crowding = max(0.0, workers_per_host * intra / cores - 1.0)
+    return np.array([1.0, w / p, w, p, 1.0 / intra, 1.0 / inter, crowding,
+                     workers_per_host * (jit == "ON_1"), workers_per_host * (jit == "ON_2")])
+
+
+@dataclass
+class SpeedModel:
+    """Seconds per worker step, ``theta · features(setting)``, on ``hosts`` machines of ``cores`` cores.
+
+    ``compile_s`` maps a ``global_jit_level`` to the seconds XLA's
+    compilation costs at the first step on it.
+    """
+
+    theta: Sequence[float]
+    hosts: int
+    cores: int
+    sync: bool = False
+    compile_s: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.theta = [float(t) for t in self.theta]
+        if len(self.theta) != len(FEATURES) or any(not t >= 0 for t in self.theta):
+            raise ConfigurationError(f"theta must be {len(FEATURES)} numbers >= 0 ({', '.join(FEATURES)}), "
+                                     f"got {self.theta!r}")
+
+    def step_s(self, setting: Mapping[str, Any]) -> float:
+        """One worker's step (a synchronous step: every worker's)."""
+        return float(np.dot(self.theta, features(setting, self.hosts, self.cores)))
+
+    def iteration_s(self, setting: Mapping[str, Any]) -> float:
+        """The job's time per iteration: a step, shared by the workers that take them side by side."""
+        step = self.step_s(setting)
+        return step if self.sync else step / setting["worker"]
+
+    @classmethod
+    def fit(cls, runs: Sequence[tuple[Mapping[str, Any], float]], hosts: int, cores: int, sync: bool = False,
+            compile_s: Mapping[str, float] | None = None) -> "SpeedModel":
+        """The model that fits ``runs``, ``(setting, seconds per iteration)``, by non-negative least squares.
+
+        Each run weighs by its relative error (the fit minimises squared
+        relative errors), so fast settings count as much as slow ones.
+        """
+        from scipy.optimize import nnls
+
+        if len(runs) < 2:
+            raise ConfigurationError(f"a speed model needs at least 2 runs to fit, got {len(runs)}")
+        x = np.array([features(s, hosts, cores) for s, _ in runs])
+        steps = np.array([t if sync else t * s["worker"] for s, t in runs])
+        theta, _ = nnls(x / steps[:, None], np.ones(len(runs)))
+        return cls(theta, hosts, cores, sync, dict(compile_s or {}))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"theta": dict(zip(FEATURES, self.theta)), "hosts": self.hosts, "cores": self.cores,
+                "sync": self.sync, "compile_s": dict(self.compile_s)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SpeedModel":
+        theta = d["theta"]
+        return cls([theta[f] for f in FEATURES], d["hosts"], d["cores"], d.get("sync", False),
+                   d.get("compile_s", {}))
+
+
+@dataclass
+class LossCurve:
+    """The loss after progress ``k``: ``1/(b0·k + b1) + b2`` (see the module's docstring)."""
+
+    b0: float
+    b1: float
+    b2: float
+    staleness: float = 0.05
+    sync_gain: float = 0.5
+    noise: float = 0.02
+
+    def __post_init__(self):
+        if not (self.b0 > 0 and self.b1 > 0 and self.b2 >= 0 and self.staleness >= 0 and self.noise >= 0):
+            raise ConfigurationError(f"a loss curve needs b0 > 0, b1 > 0 and b2, staleness, noise >= 0, got {self}")
+
+    def loss(self, progress: np.ndarray | float) -> np.ndarray | float:
+        return 1.0 / (self.b0 * progress + self.b1) + self.b2
+
+    def progress_per_iteration(self, setting: Mapping[str, Any], sync: bool) -> float:
+        w = setting["worker"]
+        return 1.0 + self.sync_gain * (w - 1) if sync else 1.0 / (1.0 + self.staleness * (w - 1))
+
+    def progress_to(self, loss: float) -> float:
+        """The progress at which the noiseless loss reaches ``loss`` (inf when it never does)."""
+        if loss <= self.b2:
+            return math.inf
+        return max(0.0, (1.0 / (loss - self.b2) - self.b1) / self.b0)
+
+
+@dataclass
+class SwitchCosts:
+    """Seconds a switch costs, by the parts of its plan's technique, plus moved bytes at ``bandwidth_bps``.
+
+    Measured on this machine (``benchmarks/reconfig_sequence.py``, NOTES.md):
+    SSR about 0.1 s, ODMR 0.2-0.55 s, TDR about 0.2 s, a thread change
+    0.6-0.8 s, a checkpoint-restart about 1 s plus a node restart's 1 s.
+    """
+
+    ssr: float = 0.1
+    odmr: float = 0.3
+    tdr: float = 0.2
+    threads: float = 0.7
+    restart: float = 0.8
+    checkpoint: float = 1.0
+    node_start: float = 1.0
+    bandwidth_bps: float = 1e9 / 8
+
+    def cost_s(self, plan: Plan, model_bytes: float, compile_s: float = 0.0) -> tuple[float, int]:
+        """The switch's cost and the bytes it moves, for a model of ``model_bytes``."""
+        if plan.technique == "none":
+            return 0.0, 0
+        threads = any(name.endswith("_parallelism_threads") for name in plan.changed)
+        if plan.technique == "checkpoint":  # saved, every node restarted, restored
+            return self.checkpoint + self.node_start + 2 * model_bytes / self.bandwidth_bps + compile_s, 0
+        if plan.technique == "restart":  # read, new sessions, restored
+            moved = int(2 * model_bytes)
+            return self.restart + (self.node_start if threads else 0.0) + moved / self.bandwidth_bps + compile_s, moved
+        parts = plan.technique.split("+")
+        cost = sum(getattr(self, part) for part in parts) + (self.threads if threads else 0.0)
+        moved = int(model_bytes / 2) if "odmr" in parts else 0  # about half the partitions move to new nodes
+        return cost + moved / self.bandwidth_bps + compile_s, moved
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
