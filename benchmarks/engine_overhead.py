@@ -29,6 +29,7 @@ sys.path[:0] = [os.path.join(HERE, "..", "examples"), os.path.join(HERE, "..")]
 
 import tfonline  # noqa: E402
 from tfonline import _graph  # noqa: E402
+from tfonline._calls import run_retrying_aborts  # noqa: E402
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, partition_count_for  # noqa: E402
 from tfonline.cluster import LocalCluster  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
@@ -117,7 +118,9 @@ def plain(job, cluster: LocalCluster, ps: int, workers: int, steps: int, partiti
     def work(rank: int) -> None:
         session, fetch = sessions[rank], fetches[rank][1]
         for _ in range(steps // workers):
-            session.run(fetch)
+            # As tfonline does, and MonitoredSession: an aborted asynchronous step is run again (TensorFlow
+            # sometimes aborts one here, "the same RunGraph request was received twice").
+            run_retrying_aborts(lambda: session.run(fetch))
             with lock:
                 walls.append(time.perf_counter())
 

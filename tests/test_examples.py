@@ -39,9 +39,9 @@ def test_logr_parameters_are_partitioned_over_the_ps_nodes(examples, cluster, db
                     nodes=None, seed=0, max_steps=3, max_seconds=None, quiet=True)
     runner.run()
     blocks = [p for p in runner.partitions if p.name.startswith("w/part_")]
-    assert len(blocks) == 8 and sum(p.shape[0] for p in blocks) == 1 << 20
+    assert len(blocks) == 2 and sum(p.shape[0] for p in blocks) == 1 << 20  # 3 nodes: 1 or 2 ps, so 2 blocks
     devices = [v.device for v in runner.graphs[0].model_variables if v.name.startswith("w/part_")]
-    assert devices.count("/job:node/task:0/device:CPU:0") == devices.count("/job:node/task:1/device:CPU:0") == 4
+    assert devices.count("/job:node/task:0/device:CPU:0") == devices.count("/job:node/task:1/device:CPU:0") == 1
 
 
 def test_example_command_line(examples, tmp_path, capsys):

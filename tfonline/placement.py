@@ -9,6 +9,7 @@ and :func:`relocate` changes it as little as it can.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 DEFAULT_PARTITION_MIN_BYTES = 256 * 1024
@@ -25,8 +26,17 @@ class Partition:
 
 
 def partition_count_for(node_count: int) -> int:
-    """P, fixed per job: more than the largest possible ps count, at least 8."""
-    return max(8, 2 * (node_count - 1))
+    """P, the row blocks of a large variable, fixed per job.
+
+    A multiple of every possible ps count when one is at most twice the
+    largest (1, 2 and 6 blocks for at most 1, 2 and 3 ps nodes: any ps count
+    then holds equal shares), else twice the largest (loads within a block
+    of even). Each block costs every step a gather and a sparse update
+    (about 0.13 ms on LogR here), so no more than that.
+    """
+    most = max(1, node_count - 1)
+    common = math.lcm(*range(1, most + 1))
+    return common if common <= 2 * most else 2 * most
 
 
 def shards_for(shape: tuple[int, ...], itemsize: int, partition_count: int, min_bytes: int) -> int:

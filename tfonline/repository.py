@@ -21,6 +21,7 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 
 from __future__ import annotations
 
+import itertools
 import os
 import platform
 import queue
@@ -202,6 +203,11 @@ def _open(path: str, create: bool) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+def _batch_key(op: tuple) -> tuple:
+    """Consecutive inserts into one table (with the same ``replace``) are written together, in order."""
+    return ("insert", op[1], op[3]) if op[0] == "insert" else (op[0],)
+
+
 class Repository:
     """A tfonline repository file.
 
@@ -375,14 +381,14 @@ class Repository:
             if self._writer_error is None:
                 try:
                     with db.conn:
-                        for op in ops:
-                            if op[0] == "insert":
-                                _, table, row, replace = op
-                                pk = _TABLES[table][1]
-                                db[table].insert(row, pk=pk, replace=replace)
-                            elif op[0] == "update":
-                                _, table, pk, values = op
-                                db[table].update(pk, values)
+                        for kind, group in itertools.groupby(ops, key=_batch_key):
+                            if kind[0] == "insert":  # a run of inserts into one table: one statement per batch
+                                _, table, replace = kind
+                                db[table].insert_all((op[2] for op in group), pk=_TABLES[table][1],
+                                                     replace=replace, batch_size=500)
+                            elif kind[0] == "update":
+                                for _, table, pk, values in group:
+                                    db[table].update(pk, values)
                         if beat:  # the driver's sign of life (see driver_gone)
                             db.execute("update jobs set heartbeat_at = ? where id = ?",
                                        [time.time(), self._heartbeat_job])

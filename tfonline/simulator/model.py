@@ -14,7 +14,7 @@ iterations a second; a synchronous step is one iteration. Switching to a
 setting with XLA on pays its compilation once (``compile_s``). The other
 session knobs (constant folding, CSE, inlining, shape inference, pruning,
 bfloat16 transfers) are not modelled: on this machine's LogR runs, the fit's
-errors do not depend on them beyond its noise (NOTES.md).
+errors depend on them by a few percent at most, about its noise (NOTES.md).
 
 **Convergence** (:class:`LossCurve`). Optimus's loss curve (seed 003,
 §3.1), ``l(k) = 1/(β0·k + β1) + β2``, in *progress* ``k``: an asynchronous
