@@ -42,13 +42,14 @@ def test_the_speed_model_is_optimus_form_plus_threads_crowding_and_xla():
          "global_jit_level": "ON_2"}
     assert dict(zip(FEATURES, features(s, hosts=1, cores=2))) == {
         "base": 1.0, "w/p": 1.5, "w": 3, "p": 2, "1/intra": 0.5, "1/inter": 1.0, "crowding": 2.0,
-        "jit:ON_1": 0.0, "jit:ON_2": 1.0}
+        "jit:ON_1": 0.0, "jit:ON_2": 3.0}  # XLA's extra work: each of the 3 workers on the host does it
     model = SpeedModel(THETA, hosts=1, cores=2)
     assert model.iteration_s(s) == pytest.approx(model.step_s(s) / 3)  # asynchronous workers step side by side
     sync = SpeedModel(THETA, hosts=1, cores=2, sync=True)
     assert sync.iteration_s(s) == pytest.approx(sync.step_s(s))
     # Spread over more hosts, the workers no longer crowd one host's cores.
-    assert features(s, hosts=3, cores=2)[FEATURES.index("crowding")] == 0.0
+    spread = dict(zip(FEATURES, features(s, hosts=3, cores=2)))
+    assert spread["crowding"] == 0.0 and spread["jit:ON_2"] == 1.0
 
 
 def test_the_fit_recovers_the_model_that_made_the_times():
