@@ -59,17 +59,25 @@ def evaluate(workload: Workload, db: str, *, random_settings: int = 100, seeds: 
     }
 
 
+def duration(seconds: float) -> str:
+    """``12.3 s``, ``45.6 min`` or ``7.89 h``."""
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.2f} h"
+
+
 def evaluation_text(r: dict[str, Any]) -> str:
-    h = 3600.0
     lines = [
         f"{r['workload']} ({r['mode']}) on {r['nodes']} simulated nodes; {r['random_settings']} random fixed "
         f"settings ({r['converged']} converged)",
-        f"  fixed:    worst {r['worst_s'] / h:.2f} h, average {r['average_s'] / h:.2f} h, best {r['best_s'] / h:.2f} h "
+        f"  fixed:    worst {duration(r['worst_s'])}, average {duration(r['average_s'])}, best {duration(r['best_s'])} "
         f"({r['best_setting']})",
-        f"  default:  {r['default_s'] / h:.2f} h ({r['default_setting']})",
+        f"  default:  {duration(r['default_s'])} ({r['default_setting']})",
     ]
     for t in r["tuned"]:
-        lines.append(f"  tfonline: {t['completion_s'] / h:.2f} h, {t['status']}, {t['iterations']} iterations, "
+        lines.append(f"  tfonline: {duration(t['completion_s'])}, {t['status']}, {t['iterations']} iterations, "
                      f"ends on {t['final_setting']} (seed {t['seed']}, job {t['job_id']}, "
                      f"{t['real_s']:.1f} s to simulate)")
     lines += [
