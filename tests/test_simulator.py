@@ -229,3 +229,18 @@ def test_the_simulator_does_not_import_tensorflow(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "converged" in out.stdout
+
+
+def test_a_synchronous_job_records_one_iteration_per_step_of_all_workers(tmp_path):
+    db = str(tmp_path / "sync.db")
+    repo = Repository(db)
+    workload = small_workload(speed=SpeedModel(THETA, hosts=1, cores=2, sync=True))
+    three, one = (dict(workload.default_setting(), worker=w) for w in (3, 1))
+    runs = [Simulation(workload, repo, s, tuning=None, seed=2) for s in (three, one)]
+    assert [r.run()[0] for r in runs] == ["converged", "converged"]
+    repo.close()
+    conn = sqlite3.connect(db)
+    assert conn.execute("select count(*) from iterations where worker is not null").fetchone()[0] == 0
+    assert conn.execute("select mode from jobs").fetchall() == [("sync",), ("sync",)]
+    # A step of 3 workers trains a batch 3 times as large: fewer iterations to the target than 1 worker.
+    assert runs[0].state.step < 0.6 * runs[1].state.step

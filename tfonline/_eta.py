@@ -12,8 +12,8 @@ import time
 from typing import Callable
 
 from tfonline._recorder import Recorder
-from tfonline.exceptions import essence
 from tfonline._state import TrainingState
+from tfonline.exceptions import essence
 from tfonline.progress import Status, Ticker, make_view
 from tfonline.setting import short_form
 

@@ -165,7 +165,7 @@ class Simulation:
                 if tuning.estimator_factory is None:
                     tuning = replace(tuning, estimator_factory=lambda: get_estimator(self.estimator_name))
                 self.manager = tuning.manager(self.space, state.setting, self.job, self.repo, self.seed,
-                                                   self.technique)
+                                              self.technique)
                 state.phase = self.manager.phase
                 recorder.phase(self.manager.phase, 1)
             self.clock.now += self.workload.start_s + self.workload.compile_s(state.setting)
@@ -176,6 +176,12 @@ class Simulation:
             except Stop as stop:
                 status, reason = stop.status, stop.reason
             state.end()
+        except KeyboardInterrupt:
+            status, reason = "interrupted", "interrupted (SIGINT/SIGTERM)"
+            raise
+        except BaseException as e:  # recorded as the driver records it; the caller sees the error
+            status, reason = "failed", f"{type(e).__name__}: {e}"
+            raise
         finally:
             recorder.job_end(status=status, reason=reason, started_at=self.started_at, iterations=state.step,
                              final_loss=state.final_loss, first_iteration_at=state.first_iteration_at,
