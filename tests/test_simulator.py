@@ -204,6 +204,17 @@ def test_command_errors_are_one_line(tmp_path):
     assert error("calibrate", empty) == ("tfonline: error: calibrate needs at least 4 fixed-setting runs (untuned, "
                                          "one setting, >= 30 iterations) of one job, got 0")
     assert error("calibrate", empty, "--holdout", "1.5") == "tfonline: error: holdout must be a fraction in [0, 1), got 1.5"
+    assert error("calibrate", empty, "--cores", "0") == "tfonline: error: --cores must be >= 1, got 0"
+    assert error("calibrate", empty, "--hosts", "-2") == "tfonline: error: --hosts must be >= 1, got -2"
+    mixed = str(tmp_path / "mixed.db")
+    repo = Repository(mixed)
+    for sync in (False, True):
+        workload = small_workload(speed=SpeedModel(THETA, hosts=1, cores=2, sync=sync))
+        Simulation(workload, repo, workload.default_setting(), tuning=None, max_seconds=5).run()
+    repo.close()
+    _as_real_runs(mixed)
+    assert error("calibrate", mixed) == ("tfonline: error: calibrate takes the runs of one mode, got "
+                                         "['async', 'sync'] for 'SmallJob'")
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert error("simulate", "--model", str(bad)).startswith(

@@ -82,6 +82,9 @@ def _calibrate(args) -> int:
     from tfonline.repository import Repository
     from tfonline.simulator.calibrate import calibrate
 
+    for name in ("hosts", "cores"):
+        if getattr(args, name) < 1:
+            raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
     repo = Repository(args.db, create=False)
     try:
         result = calibrate(repo, args.job, hosts=args.hosts, cores=args.cores, holdout=args.holdout, seed=args.seed)
