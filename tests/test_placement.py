@@ -45,6 +45,7 @@ def test_only_large_variables_are_partitioned():
     assert shards_for((4, 100000), 4, 8, 256 * 1024) == 1  # fewer rows than partitions
     assert shards_for((), 4, 8, 0) == 1
     assert [partition_count_for(n) for n in (2, 3, 4, 5, 10)] == [1, 2, 6, 8, 18]
+    assert partition_count_for(4, fixed_ps=3) == 3 and partition_count_for(10, fixed_ps=1) == 1
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

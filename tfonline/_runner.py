@@ -138,9 +138,7 @@ class Runner:
             if self.tuning.schedule is not None:
                 self._schedule = Schedule(self.space, setting, self.tuning.schedule, self.reconfig)
         self.state.setting = setting
-        # A job that may switch cuts large variables into blocks ODMR can move; a fixed one cuts them once
-        # per ps node (each block costs every step a gather and an update, and it will never move).
-        blocks = partition_count_for(node_count) if self.tuning is not None else setting["ps"]
+        blocks = partition_count_for(node_count, None if self.tuning is not None else setting["ps"])
         self.rule = _graph.PartitioningRule(blocks, DEFAULT_PARTITION_MIN_BYTES)
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         return node_count, setting

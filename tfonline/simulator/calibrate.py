@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+from collections import Counter
 from dataclasses import dataclass
 from statistics import median
 from typing import Any
@@ -135,14 +137,9 @@ def _summary(errors: list[float]) -> dict[str, float]:
 def calibrate(repo: Repository, name: str | None = None, *, hosts: int = 1, cores: int | None = None,
               holdout: float = 0.25, seed: int = 0) -> Calibration:
     """Fits a :class:`Workload` to the fixed-setting runs of job ``name`` (the job with most runs when None)."""
-    import os
-
     runs = fixed_runs_in(repo, name)
     if name is None and runs:
-        counts: dict[str, int] = {}
-        for r in runs:
-            counts[r.name] = counts.get(r.name, 0) + 1
-        name = max(counts, key=counts.get)
+        name = Counter(r.name for r in runs).most_common(1)[0][0]
         runs = [r for r in runs if r.name == name]
     modes = {r.mode for r in runs}
     if len(modes) > 1:

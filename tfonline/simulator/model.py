@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tfonline.exceptions import ConfigurationError
-from tfonline.reconfig.plan import Plan
+from tfonline.reconfig.plan import THREAD_KNOBS, Plan
 
 # The speed model's features, in θ's order.
 FEATURES = ("base", "w/p", "w", "p", "1/intra", "1/inter", "crowding", "jit:ON_1", "jit:ON_2")
@@ -168,7 +168,7 @@ class SwitchCosts:
         """The switch's cost and the bytes it moves, for a model of ``model_bytes``."""
         if plan.technique == "none":
             return 0.0, 0
-        threads = any(name.endswith("_parallelism_threads") for name in plan.changed)
+        threads = any(name in THREAD_KNOBS for name in plan.changed)
         if plan.technique == "checkpoint":  # saved, every node restarted, restored
             return self.checkpoint + self.node_start + 2 * model_bytes / self.bandwidth_bps + compile_s, 0
         if plan.technique == "restart":  # read, new sessions, restored

@@ -28,9 +28,8 @@ import numpy as np
 from tfonline._decisions import record_decision
 from tfonline._eta import Progress
 from tfonline._recorder import Recorder
-from tfonline._state import Stop, TrainingState
+from tfonline._state import SmoothedLoss, Stop, TrainingState
 from tfonline.estimator import get_estimator
-from tfonline.reconfig.plan import plan, switch_parts
 from tfonline.repository import Repository
 from tfonline.setting import resolve_setting
 from tfonline.simulator.model import LossCurve, SpeedModel, SwitchCosts
@@ -75,6 +74,13 @@ class Workload:
 
     def compile_s(self, setting: dict[str, Any]) -> float:
         return float(self.speed.compile_s.get(setting.get("global_jit_level", "OFF"), 0.0))
+
+    def switch_cost(self, decision) -> tuple[float, int]:
+        """The cost of a decision's switch and the bytes it moves: its plan's technique, and XLA's compile
+        when the switch has a compile part (:func:`tfonline.reconfig.switch_parts` names it "knob=value")."""
+        compiles = any("=" in part for part in decision.parts)
+        return self.switches.cost_s(decision.plan, self.model_bytes,
+                                    self.compile_s(decision.candidate) if compiles else 0.0)
 
     def draw(self, setting: dict[str, Any], n: int, progress: float,
              rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -205,7 +211,7 @@ class Simulation:
             decision = record_decision(self.recorder, state, manager, decision, triple, segment, old_phase,
                                        self.estimator_name)
             if decision.switch:
-                self._switch(decision.candidate)
+                self._switch(decision)
 
     def _iterations(self, count: float, seconds: float = 0.0) -> None:
         """Trains until the segment has ``count`` iterations and lasted ``seconds``; raises :class:`Stop`."""
@@ -214,11 +220,9 @@ class Simulation:
         workers = setting["worker"]
         while len(state.points) < count or self.clock.now - state.segment_started < seconds:
             n = CHUNK if count == math.inf else max(1, min(CHUNK, int(count - len(state.points))))
-            gaps, step_times, losses, _ = workload.draw(setting, n, self._progress, self.rng)
-            per_iteration = workload.curve.progress_per_iteration(setting, workload.speed.sync)
-            for i in range(n):
+            gaps, step_times, losses, self._progress = workload.draw(setting, n, self._progress, self.rng)
+            for i in range(n):  # a Stop mid-chunk ends the job: the progress drawn ahead no longer matters
                 self.clock.now += gaps[i]
-                self._progress += per_iteration
                 self._worker = (self._worker + 1) % workers
                 state.record(None if workload.speed.sync else self._worker, float(step_times[i]), float(losses[i]),
                              state.generation)
@@ -228,24 +232,18 @@ class Simulation:
                     self.progress.estimate()
                 if self.max_seconds is not None and self.clock.now - self.started_at >= self.max_seconds:
                     raise Stop("stopped", f"max_seconds ({self.max_seconds:g} s) reached")
-            if count != math.inf and len(state.points) >= count and self.clock.now - state.segment_started >= seconds:
-                return
 
-    def _switch(self, new: dict[str, Any]) -> None:
-        """A switch at its modelled cost: the workers' time passes, then the new setting trains."""
-        state, workload = self.state, self.workload
-        old = state.setting
-        how = plan(self.space.knobs, old, new, self.technique)
-        parts = switch_parts(self.space.knobs, old, new)
-        compiles = any(kind == "compile" for kind in parts.values())
-        cost, moved = workload.switches.cost_s(how, workload.model_bytes,
-                                               workload.compile_s(new) if compiles else 0.0)
+    def _switch(self, decision) -> None:
+        """A decision's switch, by its plan, at its modelled cost: the workers' time passes, then the new
+        setting trains."""
+        state, old, new = self.state, self.state.setting, decision.candidate
+        cost, moved = self.workload.switch_cost(decision)
         step = state.step
         self.clock.now += cost
         state.publish(new, [None] * new["worker"], None, observe=False, then=_nothing)
-        self.recorder.reconfiguration(step=step, old=old, new=new, plan=how, bytes_moved=moved, cost_s=cost,
-                                      iterations_during=0)
-        self.manager.record_cost(sorted(parts), cost)
+        self.recorder.reconfiguration(step=step, old=old, new=new, plan=decision.plan, bytes_moved=moved,
+                                      cost_s=cost, iterations_during=0)
+        self.manager.record_cost(decision.parts, cost)
 
 
 def _nothing() -> None:
@@ -308,8 +306,6 @@ class Segments:
     """
 
     def __init__(self, workload: Workload, seed: int, switch_cost_s: float | None = None):
-        from tfonline._state import SmoothedLoss
-
         self.workload, self.switch_cost_s = workload, switch_cost_s
         self.rng = np.random.default_rng(seed)
         self.step, self.progress, self.clock = 0, 0.0, 0.0
@@ -330,11 +326,7 @@ class Segments:
         """A decision's switch, at its modelled cost (``switch_cost_s`` when given)."""
         if self.switch_cost_s is not None:
             return self.switch_cost_s
-        parts = decision.parts
-        compiles = any(part.startswith("global_jit_level=") for part in parts)
-        cost, _ = self.workload.switches.cost_s(decision.plan, self.workload.model_bytes,
-                                                self.workload.compile_s(decision.candidate) if compiles else 0.0)
-        return cost
+        return self.workload.switch_cost(decision)[0]
 
     def drive(self, manager, decisions: int) -> list:
         """Runs ``decisions`` of ``manager``'s segments, switching as it decides; returns its decisions."""
