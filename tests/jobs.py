@@ -51,8 +51,8 @@ class TunedLogR(SlowerLogR):
     comes a few hundred iterations after its decision on this fast a job.
     """
 
-    def __init__(self):
-        TinyLogR.__init__(self, lr=0.01)
+    def __init__(self, lr=0.01):
+        TinyLogR.__init__(self, lr=lr)
 
 
 class CountdownJob(tfonline.MLJobFramework):
