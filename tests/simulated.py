@@ -90,3 +90,30 @@ def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:
     options.setdefault("random_settings", 10)
     options.setdefault("segment_iterations", 40)
     return TuningManager(sp, start, 0.33, lambda: get_estimator("hogwild"), min_segment_s=0, seed=seed, **options)
+
+
+# A surface where time per iteration and iterations needed pull apart: async staleness 0.5 per extra worker.
+# Per iteration, 4 workers are the fastest; per unit of progress, 2 workers are: 4 workers need 2.5/1.5 = 1.67x
+# the iterations of 2. With ``growth``, staleness starts at 0.05 and grows to 0.5 as the loss nears its floor:
+# 4 workers are the best early, 2 late.
+STALE_T = {1: 0.02, 2: 0.011, 3: 0.009, 4: 0.008}
+
+
+class StaleSurface(SpeedModel):
+    def __init__(self):
+        super().__init__([0.0] * len(FEATURES), hosts=1, cores=CORES)
+
+    def step_s(self, setting) -> float:
+        return STALE_T[setting["worker"]] * setting["worker"]
+
+
+def stale_space() -> KnobSpace:
+    return space(ps=1, intra_op_parallelism_threads=CORES, inter_op_parallelism_threads=2, global_jit_level="OFF")
+
+
+def stale_job(seed: int, growth: bool = False) -> Segments:
+    curve = (LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.05, staleness_growth=9.0, noise=0.02) if growth
+             else LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.5, noise=0.02))
+    workload = Workload("StaleSurface", NODES, StaleSurface(), curve, target_loss=0.305, model_bytes=0.0, start_s=0.0,
+                        smoothing_window=19)
+    return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)

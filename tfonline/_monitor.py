@@ -89,12 +89,12 @@ class Monitor:
         return stop.status, stop.reason
 
     def _next_segment(self) -> None:
-        """The segment's goal, and a schedule's next switch prepared ahead."""
+        """The segment's goal, and a schedule's next switch (or the tuner's next random setting) prepared ahead."""
         if self.manager is None:
             return
         with self.tuner_faults():
             self.state.goal = self.manager.segment_length() + self.state.warmup
-            upcoming = self._upcoming()  # a schedule knows its next switch
+            upcoming = self._upcoming() or self._ahead()
             if upcoming is not None:
                 self._tuner.submit(self.backend.prepare, dict(self.state.setting), *upcoming)
 
@@ -176,6 +176,12 @@ class Monitor:
         upcoming = getattr(self.manager, "upcoming", None)
         upcoming = upcoming() if upcoming is not None else None
         return upcoming if upcoming is not None and upcoming[0] != self.state.setting else None
+
+    def _ahead(self):
+        """The tuner's next random setting, (setting, plan), when it knows one other than the current setting."""
+        ahead = getattr(self.manager, "ahead", None)
+        ahead = ahead() if ahead is not None else None
+        return ahead if ahead is not None and ahead[0] != self.state.setting else None
 
     def _segment_complete(self) -> bool:
         state = self.state

@@ -20,7 +20,11 @@ errors depend on them by a few percent at most, about its noise (NOTES.md).
 §3.1), ``l(k) = 1/(β0·k + β1) + β2``, in *progress* ``k``: an asynchronous
 iteration makes ``1 / (1 + staleness·(w − 1))`` of progress (more workers,
 staler gradients), a synchronous one ``1 + sync_gain·(w − 1)`` (a larger
-batch). Each loss has multiplicative noise.
+batch). With ``staleness_growth`` > 0, staleness grows as the loss nears
+its floor, ``staleness·(1 + staleness_growth·f)`` with ``f`` the share of
+the way from the first loss to the floor covered: stale gradients cost more
+when the true gradient is small, so the best number of workers can change
+during a job. Each loss has multiplicative noise.
 
 **Switch costs** (:class:`SwitchCosts`). Each technique's part of a
 :class:`~tfonline.reconfig.Plan` costs its seconds, moved bytes cost their
@@ -127,17 +131,23 @@ class LossCurve:
     staleness: float = 0.05
     sync_gain: float = 0.5
     noise: float = 0.02
+    staleness_growth: float = 0.0
 
     def __post_init__(self):
-        if not (self.b0 > 0 and self.b1 > 0 and self.b2 >= 0 and self.staleness >= 0 and self.noise >= 0):
-            raise ConfigurationError(f"a loss curve needs b0 > 0, b1 > 0 and b2, staleness, noise >= 0, got {self}")
+        if not (self.b0 > 0 and self.b1 > 0 and self.b2 >= 0 and self.staleness >= 0 and self.noise >= 0
+                and self.staleness_growth >= 0):
+            raise ConfigurationError(f"a loss curve needs b0 > 0, b1 > 0 and b2, staleness, noise, "
+                                     f"staleness_growth >= 0, got {self}")
 
     def loss(self, progress: np.ndarray | float) -> np.ndarray | float:
         return 1.0 / (self.b0 * progress + self.b1) + self.b2
 
-    def progress_per_iteration(self, setting: Mapping[str, Any], sync: bool) -> float:
+    def progress_per_iteration(self, setting: Mapping[str, Any], sync: bool, progress: float = 0.0) -> float:
         w = setting["worker"]
-        return 1.0 + self.sync_gain * (w - 1) if sync else 1.0 / (1.0 + self.staleness * (w - 1))
+        if sync:
+            return 1.0 + self.sync_gain * (w - 1)
+        covered = 1.0 if math.isinf(progress) else self.b0 * progress / (self.b0 * progress + self.b1)
+        return 1.0 / (1.0 + self.staleness * (1.0 + self.staleness_growth * covered) * (w - 1))
 
     def progress_to(self, loss: float) -> float:
         """The progress at which the noiseless loss reaches ``loss`` (inf when it never does)."""

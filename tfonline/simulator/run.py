@@ -87,7 +87,7 @@ class Workload:
         """``n`` iterations of ``setting`` from ``progress``: each one's time since the last (the job's
         pace), its worker step's time and its loss; and the progress after them."""
         noise = np.clip(1 + self.time_noise * rng.standard_normal(n), 0.2, None)
-        ahead = progress + self.curve.progress_per_iteration(setting, self.speed.sync) * np.arange(1, n + 1)
+        ahead = progress + self.curve.progress_per_iteration(setting, self.speed.sync, progress) * np.arange(1, n + 1)
         losses = self.curve.loss(ahead) * (1 + self.curve.noise * rng.standard_normal(n))
         return (self.speed.iteration_s(setting) * noise, self.speed.step_s(setting) * noise, losses,
                 float(ahead[-1]))
@@ -274,11 +274,13 @@ def fixed_runs(workload: Workload, settings: Sequence[dict[str, Any]], seed: int
     outcomes = []
     for setting in settings:
         per = workload.curve.progress_per_iteration(setting, workload.speed.sync)
+        if workload.curve.staleness_growth:  # the slowest pace, at the floor
+            per = workload.curve.progress_per_iteration(setting, workload.speed.sync, math.inf)
         start = workload.start_s + workload.compile_s(setting)
         need = workload.curve.progress_to(workload.target_loss * 0.999) / per
         budget = math.inf if max_seconds is None else max(0.0, max_seconds - start) / workload.speed.iteration_s(setting)
         n = int(min(need * 1.2 + 4 * window, budget * 1.2 + 1, MAX_FIXED_ITERATIONS))
-        gaps, _, losses, _ = workload.draw(setting, n, 0.0, rng)
+        gaps, losses = _drawn(workload, setting, n, rng)
         walls = start + np.cumsum(gaps)
         smoothed = lfilter([alpha], [1, -(1 - alpha)], losses) / (1 - (1 - alpha) ** np.arange(1, n + 1))
         done = np.flatnonzero((smoothed <= workload.target_loss) & (np.arange(1, n + 1) >= window))
@@ -293,6 +295,21 @@ def fixed_runs(workload: Workload, settings: Sequence[dict[str, Any]], seed: int
                                      workload.speed.iteration_s(setting),
                                      float(smoothed[end])))
     return outcomes
+
+
+def _drawn(workload: Workload, setting: dict[str, Any], n: int, rng: np.random.Generator):
+    """``n`` iterations of a fixed setting from the start: their gaps and losses (in chunks of :data:`CHUNK` when
+    the pace changes with the progress)."""
+    if not workload.curve.staleness_growth:
+        gaps, _, losses, _ = workload.draw(setting, n, 0.0, rng)
+        return gaps, losses
+    gaps, losses, progress = [], [], 0.0
+    for size in [CHUNK] * (n // CHUNK) + [n % CHUNK]:
+        if size:
+            g, _, x, progress = workload.draw(setting, size, progress, rng)
+            gaps.append(g)
+            losses.append(x)
+    return np.concatenate(gaps), np.concatenate(losses)
 
 
 class Segments:

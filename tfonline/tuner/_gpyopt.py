@@ -40,7 +40,7 @@ MAX_OBSERVATIONS = 30
 # on the known surface (tests/test_tuner_loop.py) pass unchanged.
 GP_FIT_ITERATIONS = 100
 
-# EI is maximised over the discrete settings themselves (see GPOptimizer._maximise):
+# EI is maximised over the discrete settings themselves (see Fitted.maximise):
 # every setting when the space has at most this many, else this many random
 # ones, then a climb, one knob at a time, from the best few of them.
 ENUMERATE_AT_MOST = 25_000
@@ -73,11 +73,12 @@ def _contained(seed: int, salt: int):
 
 @dataclass(frozen=True)
 class Observation:
-    """One triple of the paper: a setting, the loss before its segment, and R̂ in seconds."""
+    """One triple of the paper as the GP sees it: a setting, the loss before its segment, and its time per
+    iteration (R̂ is that × the iterations its setting needs, :meth:`GPOptimizer.suggest`)."""
 
     setting: dict[str, Any]
     loss: float
-    remaining_s: float
+    per_iteration_s: float
 
 
 def window(observations: Sequence[Observation], size: int = MAX_OBSERVATIONS) -> list[Observation]:
@@ -133,21 +134,29 @@ class GPOptimizer:
     """Fits a GP to observations and maximises EI over settings with the loss fixed (GPyOpt's ``context``).
 
     The GP's inputs are the space's encoded free knobs plus the loss; its
-    output is log R̂ (R̂ = the estimated remaining completion time in
-    seconds), normalised by GPyOpt. R̂ is time per iteration (set by the
-    setting) × iterations left (set mostly by the loss), so log R̂ is close
-    to a sum of a function of the setting and one of the loss. The kernel
-    says so: a Matérn 5/2 over the knobs (one length scale per knob) *plus*
-    a Matérn 5/2 over the loss. A setting seen early in the job then
-    informs its prediction at today's loss; with one kernel over both, the
-    prediction for a setting not seen lately falls back to the mean of all
-    observations, mostly early ones with large R̂, and EI never points
-    at it.
+    output is the log of the time per iteration, normalised by GPyOpt. The
+    paper's R̂ is that × the iterations left; those the GP does not learn:
+    they are the job's curve's iterations left at the loss over the
+    setting's convergence speed, both plug-in estimates
+    (:mod:`tfonline.tuner.convergence`), combined with the GP's prediction
+    in :meth:`suggest`. Left in the GP's output, the iterations left, which
+    move a lot with the loss, dominated its variance, and the settings'
+    differences drowned in them; and a setting's speed measured on one
+    short segment is noise.
+
+    The kernel is a Matérn 5/2 over the knobs (one length scale per knob)
+    *plus* a Matérn 5/2 over the loss *plus* their product. The first two
+    make a setting seen early in the job inform its prediction at today's
+    loss (with one kernel over both, a setting not seen lately falls back to
+    the mean of all observations, and EI never points at it). The product
+    lets the best setting change with the loss, as the paper's model
+    intends: with the sum alone, the mean is F(setting) + G(loss), the same
+    ranking at every loss.
 
     EI is computed on log R̂ and converted to seconds at the current loss:
     an expected improvement Δ of log R̂ is worth ``R̂_cur·(1 − e^−Δ)``
-    seconds, with R̂_cur the GP's mean for the current setting. That is what
-    is compared with a reconfiguration's cost (see :meth:`suggest`).
+    seconds, with R̂_cur the predicted R̂ of the current setting. That is
+    what is compared with a reconfiguration's cost (see :meth:`suggest`).
     """
 
     def __init__(self, space: KnobSpace, seed: int = 0):
@@ -177,12 +186,15 @@ class GPOptimizer:
     def _model(self, observations: Sequence[Observation], loss: float):
         gpyopt = _import()
         x = np.array([self.space.encode(o.setting) + [o.loss] for o in observations], dtype=float)
-        y = np.log(np.array([[max(o.remaining_s, 1e-9)] for o in observations], dtype=float))
+        y = np.log(np.array([[max(o.per_iteration_s, 1e-12)] for o in observations], dtype=float))
         domain = self._domain(observations, loss)
         width = gpyopt.core.task.space.Design_space(domain).dimensionality  # one-hot columns included
         gpy = gpyopt.models.gpmodel.GPy
-        kernel = (gpy.kern.Matern52(width - 1, active_dims=list(range(width - 1)), ARD=True, name="setting")
-                  + gpy.kern.Matern52(1, active_dims=[width - 1], name="loss"))
+        knobs = list(range(width - 1))
+        kernel = (gpy.kern.Matern52(width - 1, active_dims=knobs, ARD=True, name="setting")
+                  + gpy.kern.Matern52(1, active_dims=[width - 1], name="loss")
+                  + gpy.kern.Matern52(width - 1, active_dims=knobs, ARD=True, name="setting_by_loss")
+                  * gpy.kern.Matern52(1, active_dims=[width - 1], name="loss_by_setting"))
         bo = gpyopt.methods.BayesianOptimization(
             f=None, domain=domain, constraints=self._constraints(), X=x, Y=y, kernel=kernel,
             acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False, optimize_restarts=2,
@@ -196,50 +208,175 @@ class GPOptimizer:
         bo._update_model(bo.normalization_type)
         return bo, y
 
-    def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
-                hold: Sequence[str] = ()) -> Suggestion:
-        """The setting s* with the largest EI at ``loss``, and its expected improvement over ``current`` in seconds.
+    def fit(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
+            iterations_left: float = 1.0, speed: SpeedOf | None = None) -> "Fitted":
+        """The GP fitted to ``observations`` (the latest :data:`MAX_OBSERVATIONS`, see :func:`window`), read at
+        ``loss`` against ``current``. Run it inside :func:`_contained` (as :meth:`suggest` does) for a
+        seeded fit."""
+        if len(observations) < 2:
+            raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
+        observations = window(observations)
+        bo, y = self._fitted(observations, loss)
+        return Fitted(self, bo, y, observations, loss, current, iterations_left, speed)
 
-        GPyOpt's EI (against the best prediction at any observed point)
-        chooses the candidate. The gain of *switching* to it is measured
-        against the current setting instead: E[max(f(current) − f(s*), 0)]
-        on log R̂ at ``loss``, with f(current) at its predicted mean. After
-        the random phase, or when the job's best setting was seen earlier,
-        the current setting is not the incumbent, and EI against the
-        incumbent would understate what a switch gains.
+    def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
+                hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None) -> Suggestion:
+        """The setting s* with the largest EI over ``current`` at ``loss``, and that EI in seconds.
+
+        A setting's remaining time is R̂ = t × N / ρ: its time per
+        iteration ``t`` (the GP, over setting and loss), the job's curve's
+        ``iterations_left`` N, and its convergence speed ρ (``speed``, a
+        :class:`SpeedOf`; none: every setting converges alike). log R̂ is
+        then normal with the GP's mean and variance of log t, less the mean
+        of log ρ, plus its variance; two settings that share a speed key
+        share ρ, and its uncertainty cancels between them.
+
+        EI is the gain of *switching*: E[max(log R̂(current) − log
+        R̂(s), 0)] at ``loss``, in seconds ``R̂_cur·(1 − e^−EI)``, with the
+        GP's variance of the difference of log t alone: exploring is worth
+        what one segment can teach, and a segment measures its time per
+        iteration well but its convergence speed hardly (its slope's
+        standard error is about its size on the test surface); with the
+        speeds' variance in, EI between two worker counts never fell, and the
+        job explored the same two settings turn about. The speeds' variance
+        counts in each prediction's confidence (:class:`Prediction`), which
+        decides an exploit. After the random phase, or when the
+        job's best setting was seen earlier, the current setting is not the
+        incumbent, and EI against the incumbent would understate what a
+        switch gains.
 
         ``hold``: free knobs to hold at their current values for a second
         candidate (GPyOpt's ``context``), e.g. XLA's level while it is off.
         s* often lies where one costly knob changes, and a gate that
         refuses it every time would leave the cheap knobs unexplored.
         """
-        if len(observations) < 2:
-            raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
-        observations = window(observations)
         held = {name: self.space.encode_value(name, current[name]) for name in hold if name in self.space.free}
-        with _contained(self.seed, len(observations)):
-            bo, y = self._fitted(observations, loss)
-            suggested = [self._maximise(bo, loss, {})]
+        with _contained(self.seed, len(window(observations))):
+            model = self.fit(observations, loss, current, iterations_left, speed)
+            suggested = [model.maximise({})]
             if held:
-                suggested.append(self._maximise(bo, loss, held))
+                suggested.append(model.maximise(held))
             seen = {setting_key(current): current}
-            for o in observations:
+            for o in model.observations:
                 seen.setdefault(setting_key(o.setting), o.setting)
             known = [s for key, s in seen.items() if key != setting_key(current)]
             settings = [current] + suggested + known
-            mean, cov = self._predict(bo, y, settings, loss)
+            mean, cov = model.predict(settings)
+            _, latent = model.predict(settings, speed_variance=False)
         predictions = [_against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
                        for i, s in enumerate(settings) if i > 0]
         current_s = math.exp(mean[0])
         candidates = []
         for i, setting in enumerate(suggested, start=1):
-            gain = _expected_improvement(mean[0], mean[i], math.sqrt(max(cov[i, i], 0.0)))
+            sd = math.sqrt(max(latent[0, 0] + latent[i, i] - 2 * latent[0, i], 0.0))
+            gain = _expected_improvement(mean[0], mean[i], sd)
             candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
         best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
         return Suggestion(candidates, current_s, best_known)
 
-    def _maximise(self, bo, loss: float, held: dict[str, float]) -> dict[str, Any]:
-        """The setting with the largest EI (GPyOpt's acquisition of ``bo``) at ``loss``, the ``held`` knobs fixed.
+    def feasible(self, grid: np.ndarray) -> np.ndarray:
+        """Which rows of encoded settings keep ps + worker within the cluster's nodes."""
+        total = np.zeros(len(grid))
+        for name in ("ps", "worker"):
+            if name in self.space.free:
+                value = {self.space.encode_value(name, v): v for v in self.space.values[name]}
+                total += np.array([value[code] for code in grid[:, self.space.free.index(name)]], dtype=float)
+            else:
+                total += self.space.values[name][0]
+        return total <= self.space.node_count
+
+
+@dataclass(frozen=True)
+class SpeedOf:
+    """Convergence speeds as the GP reads them: the knobs a speed depends on, and the mean and variance of
+    log ρ for a tuple of their values (see :class:`tfonline.tuner.convergence.Speeds`)."""
+
+    names: tuple[str, ...]
+    log: Any  # Callable[[tuple], tuple[float, float]]
+
+
+class Fitted:
+    """A fitted GP, read at one loss against the current setting: predictions of log R̂ and EI over settings."""
+
+    def __init__(self, optimizer: GPOptimizer, bo, y: np.ndarray, observations: Sequence[Observation], loss: float,
+                 current: dict[str, Any], iterations_left: float, speed: SpeedOf | None):
+        self.optimizer, self.space, self.bo, self.y = optimizer, optimizer.space, bo, y
+        self.observations, self.loss, self.speed = list(observations), float(loss), speed
+        self.offset = math.log(max(iterations_left, 1e-12))
+        self.current_key = self._keys([current])[0]
+        mean, var = self._latent(np.array([self.space.encode(current)], dtype=float))
+        speed_mean, speed_var = self._speeds([self.current_key])
+        self.current_mean = float(mean[0] - speed_mean[0])
+        self.current_speed_var = float(speed_var[0])
+
+    def _keys(self, settings: Sequence[dict[str, Any]]) -> list[tuple]:
+        names = self.speed.names if self.speed is not None else ()
+        return [tuple(s.get(name) for name in names) for s in settings]
+
+    def _speeds(self, keys: Sequence[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        if self.speed is None:
+            return np.zeros(len(keys)), np.zeros(len(keys))
+        logs = {key: self.speed.log(key) for key in set(keys)}
+        return np.array([logs[k][0] for k in keys], dtype=float), np.array([logs[k][1] for k in keys], dtype=float)
+
+    def _grid_keys(self, grid: np.ndarray) -> list[tuple]:
+        """The speed key of each row of encoded settings."""
+        if self.speed is None:
+            return [()] * len(grid)
+        columns = []
+        for name in self.speed.names:
+            if name in self.space.free:
+                codes = grid[:, self.space.free.index(name)]
+                value = {code: self.space.decode_value(name, code) for code in np.unique(codes)}
+                columns.append([value[code] for code in codes])
+            else:
+                columns.append([self.space.values[name][0]] * len(grid))
+        return list(zip(*columns))
+
+    def _latent(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The GP's mean and variance of log t (measurement noise left out) at encoded settings, plus log N."""
+        x = np.column_stack([grid, np.full(len(grid), self.loss)])
+        columns = []
+        for k, variable in enumerate(self.bo.space.space_expanded):  # GPyOpt's unzip_inputs, without its loop
+            if variable.type == "categorical":
+                columns.append((x[:, [k]].astype(int) == np.arange(variable.dimensionality_in_model)).astype(float))
+            else:
+                columns.append(x[:, [k]])
+        mean, var = self.bo.model.predict(np.hstack(columns), with_noise=False)
+        scale = float(np.std(self.y)) or 1.0
+        return np.ravel(mean) * scale + float(np.mean(self.y)) + self.offset, np.ravel(var) * scale * scale
+
+    def scores(self, grid: np.ndarray) -> np.ndarray:
+        """−EI over the current setting (lower is better) of encoded settings: E[max(log R̂(current) −
+        log R̂(s), 0)] with the GP's variance of log t (see :meth:`GPOptimizer.suggest`)."""
+        mean, var = self._latent(grid)
+        speed_mean, _ = self._speeds(self._grid_keys(grid))
+        return -_expected_improvements(self.current_mean, mean - speed_mean, np.sqrt(np.maximum(var, 0.0)))
+
+    def predict(self, settings: Sequence[dict[str, Any]],
+                speed_variance: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """The means and covariance of log R̂ (seconds; measurement noise left out) of settings; the speeds'
+        variance left out unless ``speed_variance``.
+
+        A switch gains what the setting's true R̂ is better by; the noise of
+        one segment's measurement is not something a switch can win. With
+        the noise in, EI between two equally good settings was about 0.4 ×
+        the noise SD × R̂, more than a cheap switch's cost, and the job hopped
+        between settings that differ in nothing that matters.
+        """
+        zipped = np.array([self.space.encode(s) + [self.loss] for s in settings], dtype=float)
+        inputs = self.bo.space.unzip_inputs(zipped)
+        mean, _ = self.bo.model.predict(inputs, with_noise=False)
+        cov = np.atleast_2d(self.bo.model.predict_covariance(inputs, with_noise=False))
+        scale = float(np.std(self.y)) or 1.0
+        mean, cov = np.ravel(mean) * scale + float(np.mean(self.y)) + self.offset, cov * scale * scale
+        keys = self._keys(settings)
+        speed_mean, speed_var = self._speeds(keys)
+        same = np.array([[a == b for b in keys] for a in keys], dtype=float)
+        return mean - speed_mean, cov + same * speed_var[:, None] * speed_variance
+
+    def maximise(self, held: dict[str, float]) -> dict[str, Any]:
+        """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values).
 
         The loss is the context, as in GPyOpt's ``suggest_next_locations(context=...)``.
         Every knob is discrete, so EI is maximised over the settings
@@ -257,20 +394,17 @@ class GPOptimizer:
                                                              for v in self.space.values[name]}) for name in free]
         if math.prod(len(c) for c in choices) <= ENUMERATE_AT_MOST:
             grid = np.array(list(itertools.product(*choices)), dtype=float)
-            grid = grid[self._feasible(grid)]
-            scores = self._acquisition(bo, grid, loss)
-            return self.space.decode(grid[int(np.argmin(scores))])
+            grid = grid[self.optimizer.feasible(grid)]
+            return self.space.decode(grid[int(np.argmin(self.scores(grid)))])
         rng = np.random.default_rng(np.random.randint(2**31))  # the global generator is seeded by _contained
         grid = np.column_stack([rng.choice(c, ENUMERATE_AT_MOST) for c in choices])
-        grid = grid[self._feasible(grid)]
-        scores = self._acquisition(bo, grid, loss)
-        climbs = [self._climb(bo, grid[i], float(scores[i]), choices, loss)
-                  for i in np.argsort(scores, kind="stable")[:CLIMB_FROM]]
+        grid = grid[self.optimizer.feasible(grid)]
+        scores = self.scores(grid)
+        climbs = [self._climb(grid[i], float(scores[i]), choices) for i in np.argsort(scores, kind="stable")[:CLIMB_FROM]]
         return self.space.decode(min(climbs, key=lambda climb: climb[1])[0])
 
-    def _climb(self, bo, x: np.ndarray, score: float, choices: list[list[float]],
-               loss: float) -> tuple[np.ndarray, float]:
-        """Moves to the best setting that differs from ``x`` in one knob while that improves the acquisition."""
+    def _climb(self, x: np.ndarray, score: float, choices: list[list[float]]) -> tuple[np.ndarray, float]:
+        """Moves to the best setting that differs from ``x`` in one knob while that improves the score."""
         while True:
             neighbours = []
             for j, codes in enumerate(choices):
@@ -282,54 +416,14 @@ class GPOptimizer:
             if not neighbours:
                 return x, score
             grid = np.array(neighbours)
-            grid = grid[self._feasible(grid)]
+            grid = grid[self.optimizer.feasible(grid)]
             if not len(grid):
                 return x, score
-            scores = self._acquisition(bo, grid, loss)
+            scores = self.scores(grid)
             i = int(np.argmin(scores))
             if not scores[i] < score:
                 return x, score
             x, score = grid[i], float(scores[i])
-
-    def _feasible(self, grid: np.ndarray) -> np.ndarray:
-        """Which rows of encoded settings keep ps + worker within the cluster's nodes."""
-        total = np.zeros(len(grid))
-        for name in ("ps", "worker"):
-            if name in self.space.free:
-                value = {self.space.encode_value(name, v): v for v in self.space.values[name]}
-                total += np.array([value[code] for code in grid[:, self.space.free.index(name)]], dtype=float)
-            else:
-                total += self.space.values[name][0]
-        return total <= self.space.node_count
-
-    @staticmethod
-    def _acquisition(bo, grid: np.ndarray, loss: float) -> np.ndarray:
-        """GPyOpt's acquisition (−EI: lower is better) at encoded settings and ``loss``."""
-        x = np.column_stack([grid, np.full(len(grid), float(loss))])
-        columns = []
-        for k, variable in enumerate(bo.space.space_expanded):  # GPyOpt's unzip_inputs, without its loop over rows
-            if variable.type == "categorical":
-                columns.append((x[:, [k]].astype(int) == np.arange(variable.dimensionality_in_model)).astype(float))
-            else:
-                columns.append(x[:, [k]])
-        return np.ravel(bo.acquisition.acquisition_function(np.hstack(columns)))
-
-    def _predict(self, bo, y: np.ndarray, settings: Sequence[dict[str, Any]],
-                 loss: float) -> tuple[np.ndarray, np.ndarray]:
-        """The GP's means and covariance of the latent log R̂ (measurement noise left out) of settings at ``loss``.
-
-        A switch gains what the setting's true R̂ is better by; the noise of
-        one segment's measurement is not something a switch can win. With
-        the noise in, EI between two equally good settings was about 0.4 ×
-        the noise SD × R̂, more than a cheap switch's cost, and the job hopped
-        between settings that differ in nothing that matters.
-        """
-        zipped = np.array([self.space.encode(s) + [float(loss)] for s in settings], dtype=float)
-        inputs = bo.space.unzip_inputs(zipped)
-        mean, _ = bo.model.predict(inputs, with_noise=False)
-        cov = bo.model.predict_covariance(inputs, with_noise=False)
-        scale = float(np.std(y)) or 1.0
-        return np.ravel(mean) * scale + float(np.mean(y)), np.atleast_2d(cov) * scale * scale
 
 
 def _against(setting: dict[str, Any], mean: float, current_mean: float, variance: float) -> Prediction:
@@ -340,6 +434,17 @@ def _against(setting: dict[str, Any], mean: float, current_mean: float, variance
     else:
         confidence = 1.0 if mean < current_mean else 0.0
     return Prediction(setting, math.exp(mean), math.exp(current_mean) - math.exp(mean), confidence)
+
+
+def _expected_improvements(incumbent: float, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:
+    """E[max(incumbent − f, 0)] for each f ~ N(mean, sd²), in arrays."""
+    from scipy.stats import norm
+
+    gap = incumbent - mean
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(sd > 0, gap / np.where(sd > 0, sd, 1.0), 0.0)
+        ei = gap * norm.cdf(z) + sd * norm.pdf(z)
+    return np.where(sd > 0, np.maximum(ei, 0.0), np.maximum(gap, 0.0))
 
 
 def _expected_improvement(incumbent: float, mean: float, sd: float) -> float:

@@ -50,7 +50,8 @@ import numpy as np
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
-from tfonline.tuner._gpyopt import GPOptimizer, Observation
+from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
+from tfonline.tuner.convergence import SPEED_KNOBS, Reference, SegmentSlope, Speeds, segment_slope, speed_key
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
@@ -71,9 +72,17 @@ EXPLORATION_BUDGET = 0.2
 # An online switch exploits (needs no budget) when the GP is at least this
 # sure that the candidate is better than the current setting.
 CONFIDENCE = 0.8
+# Going back to a setting the job left in the last RECENT_DECISIONS decisions
+# for one predicted better needs this much confidence, and exploring never
+# goes back to one (TuningManager.left_recently).
+RECENT_DECISIONS = 2
+RETURN_CONFIDENCE = 0.95
 # How many times longer than the first an online segment may grow while the
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
+# The tuner's decisions (the GP's fits, mostly) may take at most this share of
+# the job: a segment lasts at least 1/OVERHEAD_SHARE times the latest decision.
+OVERHEAD_SHARE = 0.02
 # The loss a triple and a suggestion are made at is the job's loss *trend*:
 # a straight line fitted to the latest this many iterations, read at the
 # segment's start (or end). A smoothed minibatch loss is too noisy for this:
@@ -113,6 +122,8 @@ class Triple:
     remaining_iterations: float | None
     remaining_s: float | None
     reason: str | None = None
+    slope: SegmentSlope | None = None  # how the loss fell in the segment (its setting's convergence speed)
+    speed: float | None = None  # ρ̃, the setting's speed relative to the job's curve, when R̂ was made
 
     @property
     def usable(self) -> bool:
@@ -268,6 +279,12 @@ class TuningManager:
         self._skip_random = self.resumed >= random_settings + 1
         self.job_steps: list[float] = []
         self.job_losses: list[float] = []
+        self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
+        self.decisions = 0
+        self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
+        self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
+        self._last_overhead_s = 0.0
+        self._ahead: dict[str, Any] | None = None  # the next random setting, drawn ahead (see ahead())
 
     # -- segment lengths -------------------------------------------------------
 
@@ -278,8 +295,9 @@ class TuningManager:
         return self.stretch * (self.segment_iterations or 3 * int(self.current["worker"]))
 
     def segment_seconds(self) -> float:
-        """The least duration of the current segment."""
-        return self.stretch * self.min_segment_s
+        """The least duration of the current segment: ``min_segment_s`` stretched, and at least the latest
+        decision's time over :data:`OVERHEAD_SHARE`."""
+        return max(self.stretch * self.min_segment_s, self._last_overhead_s / OVERHEAD_SHARE)
 
     # -- the loop ----------------------------------------------------------------
 
@@ -296,8 +314,13 @@ class TuningManager:
         decision = replace(decision, overhead_s=time.perf_counter() - started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
         self.overhead_s += decision.overhead_s
+        self._last_overhead_s = decision.overhead_s
+        self.decisions += 1
         if decision.switch:
+            if self._judged_worse:
+                self._left_at[setting_key(self.current)] = self.decisions
             self.current = dict(decision.candidate)
+        self._judged_worse = False
         return decision
 
     def observe(self, run: SegmentRun) -> None:
@@ -312,29 +335,53 @@ class TuningManager:
             self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
 
     def triple(self, run: SegmentRun) -> Triple:
-        """``(setting, loss before, R̂ = mean time per iteration × estimated iterations left)``.
+        """``(setting, loss before, R̂)``, R̂ = time per iteration × the iterations its setting still needs.
 
+        The iterations are the job's curve's from the loss before (the
+        estimator, fitted to the segment and the job's history: the job's
+        :class:`~tfonline.tuner.convergence.Reference`), over the setting's
+        convergence speed relative to that curve (:mod:`tfonline.tuner.convergence`).
         The loss before is the job's loss trend at the segment's start
         (:func:`loss_trend`) once the job has a history, else the driver's
         smoothed loss. A triple whose loss is already at the target has no
-        R̂ to learn from (0, whose log the GP cannot take) and is not usable.
+        R̂ to learn from (0) and is not usable; its time per iteration and
+        slope still inform its setting.
         """
         loss_before = run.loss_before
         if self.job_steps:
             loss_before = loss_trend(self.job_steps, self.job_losses, run.steps[0] - 1)
         per_iteration_s = per_iteration_time(run.walls, run.warmup)
+        slope = segment_slope(run.steps, run.losses)
         if per_iteration_s is None:
-            return Triple(run.setting, loss_before, None, None, None, "fewer than 3 timed iterations")
+            return Triple(run.setting, loss_before, None, None, None, "fewer than 3 timed iterations", slope)
         if not loss_before > self.target_loss:
             return Triple(run.setting, loss_before, per_iteration_s, None, None,
-                          f"the loss trend {loss_before:.4g} is already at the target {self.target_loss:g}")
+                          f"the loss trend {loss_before:.4g} is already at the target {self.target_loss:g}", slope)
         estimator = self.make_estimator()
         history = (np.array(self.job_steps), np.array(self.job_losses)) if self.job_steps else None
         estimator.fit(run.steps, run.losses, history=history)
-        remaining = estimator.remaining_iterations(loss_before, self.target_loss)
+        reference = Reference(estimator, self.target_loss)
+        remaining = reference.iterations_left(loss_before)
         if remaining is None:
-            return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason)
-        return Triple(run.setting, loss_before, per_iteration_s, remaining, remaining * per_iteration_s)
+            return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason, slope)
+        self.reference = reference
+        triple = Triple(run.setting, loss_before, per_iteration_s, None, None, None, slope)
+        speed = self.speeds([triple]).at(self.speed_key(run.setting), loss_before).value
+        return replace(triple, remaining_iterations=remaining / speed, remaining_s=remaining / speed * per_iteration_s,
+                       speed=speed)
+
+    def speed_names(self) -> tuple[str, ...]:
+        """The knobs a setting's convergence speed depends on (:func:`~tfonline.tuner.convergence.speed_key`)."""
+        return SPEED_KNOBS + tuple(knob.name for knob in self.space.extra_knobs)
+
+    def speed_key(self, setting: dict[str, Any]) -> tuple:
+        return speed_key(setting, self.speed_names())
+
+    def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
+        """The settings' convergence speeds, from every segment so far, against the latest reference."""
+        triples = list(self.triples) + list(extra)
+        first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
+        return Speeds([self.speed_key(t.setting) for t in triples], [t.slope for t in triples], self.reference, first)
 
     @property
     def elapsed_s(self) -> float:
@@ -360,9 +407,8 @@ class TuningManager:
                                 cost_s=cost, parts=tuple(sorted(parts)))
             if late:
                 self.phase = "online"
-                ended = (f"random phase ended after {self.random_done} random setting(s): the loss has covered "
-                         f"{self.loss_progress():.0%} of its way to the target, too late for a random setting to "
-                         f"pay off; ")
+                ended = (f"random phase ended after {self.random_done} random setting(s): the job is an estimated "
+                         f"{self.time_share():.0%} through its time, too late for a random setting to pay off; ")
             else:
                 # The budget grows with the job (exploration_left): draw again later.
                 decision = self._online(run, explore=False)
@@ -376,36 +422,43 @@ class TuningManager:
         return decision
 
     def _draw(self, current: dict[str, Any], tries: int = 64):
-        """A random untried setting whose switch fits the exploration budget.
+        """A random untried setting whose switch fits the exploration budget, chosen for what it teaches per
+        second it costs.
 
         Returns (setting or None, its switch's parts, their estimated cost,
         the budget left or None when unlimited, whether the job is too far
         along for any draw). Without a budget, draws are uniform over the
-        space. With one, the job is too far along once its loss has covered
-        (1 − the budget's fraction) of its way to the target
-        (:meth:`loss_progress`): a setting found then has little time left
-        to pay off. Else ``tries`` uniform draws are made, and those whose
-        estimated cost exceeds the budget left are dropped. Of the rest, one
-        with the most *new values* (a knob at a value no tried setting had)
-        is taken: cheap switches change few knobs, and without this a small
-        budget spends itself on thread and optimizer knobs, and the GP never
-        sees the layout vary (measured on LogR: three random settings, all
-        at the starting layout).
+        space. With one, the job is too far along once its estimated share
+        of the job's time (:meth:`time_share`) reaches 1 − the budget's
+        fraction: a setting found then has little time left to pay off.
+        Else ``tries`` uniform draws are made, and those whose estimated
+        cost exceeds the budget left are dropped. Of the rest, the one with
+        the most *new values* (a knob at a value no tried setting had) per
+        second it costs (the switch's estimated cost, XLA's compile
+        included, plus the segment it runs for) is taken: cheap switches
+        change few knobs, and without this a small budget spends itself on
+        thread and optimizer knobs, and the GP never sees the layout vary
+        (measured on LogR: three random settings, all at the starting
+        layout); a costly one must teach more to be drawn.
 
-        Lateness is read from the loss, not from R̂: early in a job the
-        estimated remaining time is several times too low (hogwild: 595
-        iterations left after the initial phase of a 3,057-iteration LogR
-        job), and a rule on R̂ ended the random phase before its first draw,
-        leaving the GP one setting to learn from.
+        The setting drawn for the next random segment is kept (:meth:`ahead`:
+        the driver prepares its switch while the current segment runs) and
+        taken at the next draw if it still fits.
         """
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
+        ahead, self._ahead = self._ahead, None
         if left is None:
-            candidate = self.space.sample(self.rng, exclude=tried)
+            candidate = ahead if ahead is not None and ahead not in tried else self.space.sample(self.rng, exclude=tried)
             parts = switch_parts(self.space.knobs, current, candidate)
             return candidate, parts, self.costs.estimate(parts), None, False
-        if self.loss_progress() >= 1 - self.exploration_budget:
+        if self.time_share() >= 1 - self.exploration_budget:
             return None, {}, 0.0, left, True
+        if ahead is not None and ahead not in tried:
+            parts = switch_parts(self.space.knobs, current, ahead)
+            cost = self.costs.estimate(parts)
+            if cost <= left:
+                return ahead, parts, cost, left, False
         fitting = []
         for _ in range(tries):
             candidate = self.space.sample(self.rng, exclude=tried)
@@ -413,11 +466,28 @@ class TuningManager:
             cost = self.costs.estimate(parts)
             if candidate not in tried and cost <= left:
                 new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
-                fitting.append((new, candidate, parts, cost))
+                fitting.append((new / (cost + self.min_segment_s + 1e-3), candidate, parts, cost))
         if not fitting:
             return None, {}, 0.0, left, False
-        most = max(f[0] for f in fitting)
-        return (*self.rng.choice([f[1:] for f in fitting if f[0] == most]), left, False)
+        best = max(f[0] for f in fitting)
+        return (*self.rng.choice([f[1:] for f in fitting if f[0] == best]), left, False)
+
+    def ahead(self) -> tuple[dict[str, Any], Plan] | None:
+        """The random setting the next random segment will likely run, and its plan, for the driver to prepare
+        while the current segment runs (None outside the random phase)."""
+        if self.phase != "random" or self.random_done >= self.random_settings:
+            return None
+        if self._ahead is None:
+            tried = [t.setting for t in self.triples] + [self.current]
+            self._ahead = self.space.sample(self.rng, exclude=tried)
+        return dict(self._ahead), plan(self.space.knobs, self.current, self._ahead, self.technique)
+
+    def time_share(self) -> float:
+        """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""
+        usable = [t for t in self.triples if t.usable]
+        if not usable or not self.elapsed_s > 0:
+            return 0.0
+        return self.elapsed_s / (self.elapsed_s + usable[-1].remaining_s)
 
     def loss_progress(self) -> float:
         """How much of its way from this run's first loss to the target the job's loss trend has covered (0 to 1)."""
@@ -427,36 +497,52 @@ class TuningManager:
         return min(1.0, max(0.0, (self._first_loss - now) / (self._first_loss - self.target_loss)))
 
     def usable_observations(self) -> list[Observation]:
-        return [Observation(t.setting, t.loss_before, t.remaining_s) for t in self.triples if t.usable]
+        """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
+        return [Observation(t.setting, t.loss_before, t.per_iteration_s) for t in self.triples
+                if t.per_iteration_s is not None and math.isfinite(t.loss_before)]
 
     def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
-        """Refit, then: exploit when a switch confidently pays, else explore by EI within the budget, else stay.
+        """Refit, then: exploit when a switch confidently pays, else explore when EI pays for its price, else stay.
 
         The candidates are s*, the EI maximiser; while XLA is off, s* with
         XLA held off (turning it on costs a compile, and a gate that refuses
         s* every time would leave the cheap knobs unexplored); and the
-        setting seen so far that the GP predicts best at today's loss. A
-        switch to one of them *exploits* when the GP's mean gain (current R̂
-        − candidate R̂) exceeds the switch's estimated cost and the GP is at
-        least :data:`CONFIDENCE` sure the candidate is better; the largest
-        net gain wins. Otherwise the paper's gate applies to the EI
-        maximisers: EI above the cost (the largest EI − cost wins), but such
-        a switch *explores* (its gain is uncertainty) and is charged, with
-        the time its segment loses, to the exploration budget. Measured on
-        the LogR job, EI alone made 26 of 28 decisions switch: after a few
-        diverse settings every untried one is uncertain enough for its EI to
-        beat a 1-s switch (NOTES.md).
+        setting seen so far that the GP predicts best at today's loss.
+
+        - A switch *exploits* when the GP's mean gain (current R̂ −
+          candidate R̂) exceeds the switch's estimated cost and the GP is at
+          least :data:`CONFIDENCE` sure the candidate is better; the largest
+          net gain wins. Going back to a setting left in the last
+          :data:`RECENT_DECISIONS` decisions needs :data:`RETURN_CONFIDENCE`:
+          evidence beyond the noise it was left on (measured: a resumed job
+          ping-ponged 11 times between two layouts).
+        - Otherwise a switch *explores* when EI exceeds its price: the
+          switch's cost, plus, as likely as the candidate is worse, the time
+          its segment would lose (the GP's mean slowdown over one segment)
+          and the switch back (:meth:`_explore_price`). The largest EI −
+          price wins, never a setting left recently; the switch is charged,
+          with the time its segment loses, to the exploration budget.
+          Measured on the LogR job, EI against the cost alone made 26 of 28
+          decisions switch, and on an MLP it explored settings the GP's own
+          mean put 8.9 s behind for an EI of 2-3 s (NOTES.md).
         """
         current = self.current
-        observations = self.usable_observations()
         if self.optimizer is None:
             return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
+        observations = self.usable_observations()
         if len(observations) < 2:
             return Decision("online", current, current, False,
                             f"only {len(observations)} usable observation(s); the GP needs 2")
         loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
+        iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
+        if not iterations_left:
+            return Decision("online", current, current, False,
+                            f"the job's curve has no iterations left at the loss trend {loss_now:.4g}: nothing to gain")
         hold = [name for name, off in COMPILING_KNOBS.items() if name in self.space.free and current[name] == off]
-        suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold)
+        speeds = self.speeds()
+        speed = SpeedOf(self.speed_names(), lambda key: speeds.at(key, loss_now).log)
+        suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
+                                            iterations_left=iterations_left, speed=speed)
         ei = suggestion.expected_improvement_s
         names = ["s*", "s* with XLA held off", "the best setting seen"]
         options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
@@ -466,38 +552,65 @@ class TuningManager:
         for name, prediction, option_ei in options:
             parts = switch_parts(self.space.knobs, current, prediction.setting)
             if parts:
-                priced.append((name, prediction, option_ei, parts, self.costs.estimate(parts)))
-        paying = [p for p in priced if p[1].gain_s > p[4] and p[1].confidence >= CONFIDENCE]
+                priced.append((name, prediction, option_ei, parts, self.costs.estimate(parts),
+                               self.left_recently(prediction.setting)))
+        paying = [p for p in priced if p[1].gain_s > p[4]
+                  and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)]
         if paying:
-            name, prediction, _, parts, cost = max(paying, key=lambda p: p[1].gain_s - p[4])
-            return self._switch(prediction.setting, parts, cost, ei,
-                                f"exploit {name}: predicted gain {prediction.gain_s:.3g} s exceeds the estimated cost "
-                                f"{cost:.3g} s ({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
-        by_ei = [p for p in priced if p[2] is not None]
+            name, prediction, _, parts, cost, back = max(paying, key=lambda p: p[1].gain_s - p[4])
+            return self._switch(prediction, parts, cost, ei,
+                                f"exploit {name}{' (back to a setting left recently)' if back else ''}: predicted "
+                                f"gain {prediction.gain_s:.3g} s exceeds the estimated cost {cost:.3g} s "
+                                f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
+        by_ei = [p + (self._explore_price(p[1], p[4], suggestion.current_s, iterations_left),)
+                 for p in priced if p[2] is not None and not p[5]]
         if not by_ei:
-            return Decision("online", current, suggestion.setting, False, "the best setting by EI is the current one",
+            recent = [p for p in priced if p[2] is not None]
+            return Decision("online", current, suggestion.setting, False,
+                            "the best setting by EI was left recently" if recent
+                            else "the best setting by EI is the current one",
                             expected_improvement_s=ei, cost_s=0.0)
-        name, prediction, ei, parts, cost = max(by_ei, key=lambda p: p[2] - p[4])
+        name, prediction, ei, parts, cost, _, price = max(by_ei, key=lambda p: p[2] - p[6])
         if not explore:
             return Decision("online", current, prediction.setting, False,
-                            f"no switch is sure to pay (EI of {name} {ei:.3g} s, its estimated cost {cost:.3g} s)",
+                            f"no switch is sure to pay (EI of {name} {ei:.3g} s, its price {price:.3g} s)",
                             expected_improvement_s=ei, cost_s=cost)
-        if not ei > cost:
+        if not ei > price:
             return Decision("online", current, prediction.setting, False,
-                            f"EI {ei:.3g} s does not exceed the estimated cost {cost:.3g} s ({', '.join(sorted(parts))})",
-                            expected_improvement_s=ei, cost_s=cost)
+                            f"EI {ei:.3g} s does not exceed the price of exploring {price:.3g} s (switch "
+                            f"{cost:.3g} s: {', '.join(sorted(parts))}; the rest if it is worse, "
+                            f"{1 - prediction.confidence:.0%} likely)", expected_improvement_s=ei, cost_s=cost)
         left = self.exploration_left()
-        if left is not None and cost > left:
+        if left is not None and price > left:
             return Decision("online", current, prediction.setting, False,
-                            f"EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s, but the exploration budget "
-                            f"left ({left:.3g} s) does not cover it", expected_improvement_s=ei, cost_s=cost)
+                            f"EI {ei:.3g} s exceeds the price of exploring {price:.3g} s, but the exploration "
+                            f"budget left ({left:.3g} s) does not cover it", expected_improvement_s=ei, cost_s=cost)
         self._explore()
         budget = "" if left is None else f"; {left:.3g} s of exploration budget left"
-        return self._switch(prediction.setting, parts, cost, ei,
-                            f"explore {name}: EI {ei:.3g} s exceeds the estimated cost {cost:.3g} s "
-                            f"({', '.join(sorted(parts))}); predicted gain {prediction.gain_s:.3g} s{budget}")
+        return self._switch(prediction, parts, cost, ei,
+                            f"explore {name}: EI {ei:.3g} s exceeds the price of exploring {price:.3g} s (switch "
+                            f"{cost:.3g} s: {', '.join(sorted(parts))}); predicted gain {prediction.gain_s:.3g} s"
+                            f"{budget}")
 
-    def _switch(self, candidate, parts, cost, ei, reason) -> Decision:
+    def _explore_price(self, prediction, cost: float, current_s: float, iterations_left: float) -> float:
+        """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
+        (the GP's mean slowdown over a segment of the current length) and the switch back."""
+        slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
+        per_iteration = current_s / iterations_left
+        iterations = self.segment_iterations or 3 * int(prediction.setting["worker"])
+        segment_s = max(self.min_segment_s, iterations * per_iteration)
+        return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)
+
+    def left_recently(self, setting: dict[str, Any]) -> bool:
+        """Whether the job left ``setting`` within the last :data:`RECENT_DECISIONS` decisions for one the GP
+        predicted better by more than the switch's cost (by its mean). Leaving a setting to explore says
+        nothing against it."""
+        left = self._left_at.get(setting_key(setting))
+        return left is not None and self.decisions - left <= RECENT_DECISIONS
+
+    def _switch(self, prediction, parts, cost, ei, reason) -> Decision:
+        self._judged_worse = prediction.gain_s > cost
+        candidate = prediction.setting
         return Decision("online", self.current, candidate, True, reason, expected_improvement_s=ei, cost_s=cost,
                         parts=tuple(sorted(parts)))
 
