@@ -21,9 +21,9 @@ def tuned(cluster, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("tune") / "runs.db")
     # lr 0.02, as when these tests were written: the loss is clearly under log 2 by the first switches.
     first = TunedLogR(lr=0.02).run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
-                            space=SPACE, tuning=LOOP)
+                                   space=SPACE, tuning=LOOP)
     second = TunedLogR(lr=0.02).run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
-                             space=SPACE, tuning=LOOP)
+                                    space=SPACE, tuning=LOOP)
     return db, first, second
 
 

@@ -54,7 +54,7 @@ def _report(args) -> int:
                 f.write(page(repo, reports, comparison, drawn))
             print(f"html: {args.html}", file=sys.stderr)
     finally:
-        repo.db.conn.close()
+        repo.close()
     return 0
 
 
@@ -89,7 +89,7 @@ def _calibrate(args) -> int:
     try:
         result = calibrate(repo, args.job, hosts=args.hosts, cores=args.cores, holdout=args.holdout, seed=args.seed)
     finally:
-        repo.db.conn.close()
+        repo.close()
     print(result.text())
     if args.out:
         with open(args.out, "w") as f:
@@ -117,7 +117,7 @@ def _estimate_quality(args) -> int:
     try:
         runs = load_runs(repo, args.job)
     finally:
-        repo.db.conn.close()
+        repo.close()
     names = args.estimator or available_estimators()
     qualities = [estimate_quality(runs, name, args.segment) for name in names]
     print(quality_text(qualities, args.job, args.segment))

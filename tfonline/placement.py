@@ -29,10 +29,10 @@ def partition_count_for(node_count: int, fixed_ps: int | None = None) -> int:
     """P, the row blocks of a large variable, fixed per job.
 
     A job that never switches (``fixed_ps``, its ps count) cuts it once per
-    ps node: its blocks never move. A job that may switch: a multiple of every possible ps count when one is at most twice the
-    largest (1, 2 and 6 blocks for at most 1, 2 and 3 ps nodes: any ps count
-    then holds equal shares), else twice the largest (loads within a block
-    of even). Each block costs every step a gather and a sparse update
+    ps node: its blocks never move. A job that may switch: a multiple of
+    every possible ps count when one is at most twice the largest (1, 2 and
+    6 blocks for at most 1, 2 and 3 ps nodes: any ps count then holds equal
+    shares), else twice the largest (loads within a block of even). Each block costs every step a gather and a sparse update
     (about 0.13 ms on LogR here), so no more than that.
     """
     if fixed_ps is not None:

@@ -26,7 +26,7 @@ import math
 import os
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from statistics import median
 from typing import Any
 
@@ -101,7 +101,7 @@ class Calibration:
             "name": w.name, "nodes": w.nodes, "mode": w.mode, "target_loss": w.target_loss,
             "model_bytes": w.model_bytes, "start_s": w.start_s, "smoothing_window": w.smoothing_window,
             "speed": w.speed.to_dict(),
-            "curve": {k: getattr(w.curve, k) for k in ("b0", "b1", "b2", "staleness", "sync_gain", "noise")},
+            "curve": asdict(w.curve),
             "switches": w.switches.to_dict(),
             "fitted_runs": [r.job_id for r in self.fitted], "held_out_runs": [r.job_id for r in self.held_out],
             "fit_error": _summary(self.errors(self.fitted)), "held_out_error": _summary(held),
@@ -157,21 +157,22 @@ def calibrate(repo: Repository, name: str | None = None, *, hosts: int = 1, core
                                  + (f" of {name!r}" if name else ""))
     sync = modes == {"sync"}
     cores = cores or os.cpu_count() or 1
-    speed = SpeedModel.fit([(r.setting, r.iteration_s) for r in fitted], hosts, cores, sync, _compile_s(fitted))
-    staleness = 0.0 if sync else _staleness(fitted)
     off = [r.first_iteration_s for r in fitted if r.setting.get("global_jit_level", "OFF") == "OFF"]
+    start_s = float(median(off)) if off else None  # to the first iteration, without XLA's compile
+    speed = SpeedModel.fit([(r.setting, r.iteration_s) for r in fitted], hosts, cores, sync,
+                           _compile_s(fitted, start_s))
+    staleness = 0.0 if sync else _staleness(fitted)
     workload = Workload(name, max(r.nodes for r in runs), speed, _curve(fitted, staleness, sync),
                         target_loss=fitted[0].target_loss, model_bytes=0.0, switches=_switch_costs(repo),
-                        start_s=float(median(off)) if off else 0.0)
+                        start_s=start_s or 0.0)
     return Calibration(workload, fitted, held_out)
 
 
-def _compile_s(runs: list[FixedRun]) -> dict[str, float]:
-    """XLA's compile time per level: extra seconds to the first iteration over runs with XLA off."""
-    off = [r.first_iteration_s for r in runs if r.setting.get("global_jit_level", "OFF") == "OFF"]
-    if not off:
+def _compile_s(runs: list[FixedRun], base: float | None) -> dict[str, float]:
+    """XLA's compile time per level: extra seconds to the first iteration over ``base``, the median of runs with
+    XLA off (None: no such run, nothing measured)."""
+    if base is None:
         return {}
-    base = median(off)
     out = {}
     for level in ("ON_1", "ON_2"):
         on = [r.first_iteration_s for r in runs if r.setting.get("global_jit_level") == level]

@@ -144,7 +144,7 @@ class Simulation:
         self.clock = SimulatedClock(time.time())
         self.started_at = self.clock.now
         self.recorder = Recorder(repo, self.job_id, clock=self.clock)
-        self.space = workload.space((tuning.restrict if tuning is not None else None))
+        self.space = workload.space(tuning.restrict if tuning is not None else None)
         self.state = TrainingState(self.job, self.recorder, self.space.start(setting), sync=workload.speed.sync,
                                    max_steps=None, patience=None)
         self.progress = Progress(self.job, self.state, self.recorder, get_estimator(estimator),
