@@ -19,7 +19,7 @@ from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
 from tfonline.timing import per_iteration_time
-from tfonline.tuner.convergence import PRIOR_SD, SegmentSlope, Speeds
+from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
 from tfonline.setting import Knob
 from tfonline.reconfig import switch_parts
@@ -387,3 +387,35 @@ def test_speeds_compare_settings_near_the_same_loss_despite_a_reference_that_is_
     # Seen apart, the two are compared through the bias's smoothness alone: here (a smooth bias) still close.
     assert math.exp(separated.at("(2,)", 0.5).log_mean - separated.at("(1,)", 0.5).log_mean) == pytest.approx(0.6, rel=0.15)
     assert Speeds([], [], _BiasedCurve(), 1.0).at((3,), 0.5).log_var == pytest.approx(PRIOR_SD ** 2)
+
+
+def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those_they_can():
+    """Rules 1 and 3: noisy segments of three worker counts that converge alike are shrunk to near one another
+    (the spread is at its floor); the same noise around speeds 1, 0.6 and 0.36 leaves them apart; a stint's
+    segments are pooled before the clarity test, so a stint of segments each too noisy alone still counts."""
+    def measured(true, seed):
+        rng = np.random.default_rng(seed)
+        keys, slopes = [], []
+        for i, loss in enumerate(np.linspace(0.95, 0.05, 60)):
+            key = (i // 4 % 3 + 1,)  # stints of 4 segments, the three keys in turn
+            pace = true[key] * math.exp(1.0 - loss) * math.exp(-(1.0 - loss))
+            slopes.append(SegmentSlope(loss, -pace * (1 + 0.6 * rng.standard_normal()), 0.6 * pace))
+            keys.append(key)
+        return Speeds(keys, slopes, _BiasedCurve(), 1.0)
+
+    for seed in range(5):
+        alike = measured({(1,): 1.0, (2,): 0.95, (3,): 0.9}, seed)
+        assert alike.spread < 1.5 * MIN_SPREAD
+        logs = [alike.at((w,), 0.5).log_mean for w in (1, 2, 3)]
+        assert max(logs) - min(logs) < 0.2
+        apart = measured({(1,): 1.0, (2,): 0.6, (3,): 0.36}, seed)
+        assert apart.spread > 3 * MIN_SPREAD
+        ratios = [math.exp(apart.at((w,), 0.5).log_mean - apart.at((1,), 0.5).log_mean) for w in (2, 3)]
+        assert 1 > ratios[0] > ratios[1] and ratios[1] < 0.6
+    # Four consecutive segments, each clear of zero by 1.5 standard errors only (under CLEAR_T), count as a stint;
+    # the same four between segments of another key do not.
+    faint = [SegmentSlope(loss, -1.5, 1.0) for loss in (0.8, 0.78, 0.76, 0.74)]
+    clear = [SegmentSlope(loss, -1.0, 0.1) for loss in (0.79, 0.77, 0.75, 0.73)]
+    assert Speeds([(1,)] * 4 + [(2,)] * 4, faint + clear, _BiasedCurve(), 1.0).keys == [(1,), (2,)]
+    interleaved = [s for pair in zip(faint, clear) for s in pair]
+    assert Speeds([(1,), (2,)] * 4, interleaved, _BiasedCurve(), 1.0).keys == [(2,)]

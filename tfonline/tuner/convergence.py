@@ -9,7 +9,7 @@ The tuner's remaining time for a setting ``s`` at loss ``l`` is
   *reference curve*, the progress estimator fitted to the whole job so far
   (:class:`Reference`);
 - ``ρ(s, l)``: the setting's progress per iteration relative to that curve,
-  from its own segments (:func:`relative_speeds`). Asynchronous staleness, a
+  from its own segments (:class:`Speeds`). Asynchronous staleness, a
   synchronous job's larger batch, anything that changes how many iterations
   a setting needs, shows here: a setting whose loss falls half as fast per
   iteration as the curve at the same loss has ρ = 0.5, and needs twice the
@@ -17,10 +17,15 @@ The tuner's remaining time for a setting ``s`` at loss ``l`` is
 
 Rules (plug-in estimators, no fitted model beyond the reference curve):
 
-1. **A segment's speed.** The slope of its losses on its iterations (least
-   squares with an intercept, the estimators' outlier filter first,
-   :func:`segment_slope`), divided by the reference curve's slope at the
-   segment's mean loss. Its standard error comes from the regression.
+1. **A stint's speed.** A segment's slope is the least-squares slope of
+   its losses on its iterations (with an intercept, after the estimators'
+   outlier filter, :func:`segment_slope`), divided by the reference curve's
+   slope at the segment's mean loss; its standard error comes from the
+   regression. Consecutive segments of one speed key (a stint) are pooled,
+   inverse-variance, before anything else: a single short segment's slope
+   is often not clear of zero, and leaving out only those that are not
+   would keep the ones whose noise happened to make them steep, a bias
+   upwards that pooling the whole stint does not have.
 2. **Which settings share a speed.** What an iteration computes depends on
    how many workers compute gradients and how they are combined (the job's
    mode), and on the user's own knobs, which may change the algorithm (a
@@ -31,22 +36,23 @@ Rules (plug-in estimators, no fitted model beyond the reference curve):
    noisier than its time per iteration (on the simulated test surface, a
    40-iteration segment's slope has a standard error about its size), and
    pooling gives each speed many segments.
-3. **A segment's speed ρ̃.** The inverse-variance mean of a prior,
-   ρ = 1 (the job's own pace) with standard deviation :data:`PRIOR_SD`, and
-   every segment that shares its speed, each with its variance plus
-   (:data:`DRIFT` × their distance in the share of the loss's way)²: a
-   setting's speed may change as the loss falls, so segments at distant
-   losses count less. A short, noisy segment leans on the prior and on its
-   setting's other segments; a long clear one speaks for itself.
+3. **Shrinkage.** A key's log speed has the prior N(0, τ²): the job's
+   own pace, give or take τ, the spread of the keys' speeds. τ is measured
+   (empirical Bayes): the variance of the keys' speeds fitted with a vague
+   prior, less the mean of their own variances, within
+   [:data:`MIN_SPREAD`, :data:`PRIOR_SD`]. Where the worker counts
+   converge alike, their noisy measured differences are shrunk hard and
+   the time per iteration decides; where one needs far more iterations
+   than another, the data speak. A speed may drift along the loss's way,
+   prior N(0, :data:`DRIFT`²) per whole way.
 4. ρ̃ is at least :data:`MIN_SPEED`: a setting whose loss does not fall
    is 1/MIN_SPEED times slower, not infinitely.
 5. **The reference's own error.** The estimator's curve is not the job's:
    its pace may be right at one loss and 30% off at another, and a setting
-   run only late would then look slower than one run only early. Each
-   measured speed is divided by a factor common to every setting in its
-   band of the loss's way (:meth:`Speeds._bias`, a two-way model fitted by
-   weighted least squares), so that settings are compared with each other
-   near the same loss, and the reference only carries a speed across bands.
+   run only late would then look slower than one run only early. A smooth
+   factor b(share) common to every key is fitted with the speeds
+   (:class:`Speeds`), so that settings are compared with each other near
+   the same loss, and the reference only carries a speed across the way.
 
 Every segment's speed is recomputed against the latest reference at each
 decision: the reference improves as the job goes on, and all settings are
@@ -66,6 +72,8 @@ from tfonline.estimator._base import fit_slope
 
 # Before its segments say otherwise, a setting's log speed is the job's own (0), give or take this much.
 PRIOR_SD = 0.5
+MIN_SPREAD = 0.1
+VAGUE_SD = 3.0
 # How much a setting's log speed may change over the loss's whole way from the first loss to the target.
 DRIFT = 0.5
 MIN_SPEED = 0.05
@@ -160,7 +168,7 @@ class Speeds:
 
         log ρ̂_i = θ(key_i) + θ'(key_i)·(share_i − share̅(key_i)) + b(share_i) + ε_i
 
-    - θ: each key's log speed, prior N(0, :data:`PRIOR_SD`²);
+    - θ: each key's log speed, prior N(0, τ²), τ = :attr:`spread` (rule 3);
     - θ': how it changes along the loss's way, prior N(0, :data:`DRIFT`²);
     - b: the reference's own error along the way (rule 5), common to every
       key: piecewise linear on :data:`KNOTS` knots, its second differences
@@ -184,15 +192,30 @@ class Speeds:
                  first_loss: float):
         self.first_loss, self.target_loss = first_loss, reference.target_loss
         rows = []  # (key, log ρ measured against the reference, its variance, share of the way)
-        for key, s in zip(keys, slopes):
-            rate = reference.rate(s.loss_mid) if s is not None else None
-            if rate is not None and s.slope_se > 0 and -s.slope >= CLEAR_T * s.slope_se:
-                rows.append((key, math.log(-s.slope / rate), (s.slope_se / s.slope) ** 2, self.share(s.loss_mid)))
+        for key, stint in _stints(keys, slopes, reference):
+            speed, se, share = _pooled(stint)
+            if se > 0 and speed >= CLEAR_T * se:
+                rows.append((key, math.log(speed), (se / speed) ** 2, self.share(share)))
         self.keys = sorted({row[0] for row in rows}, key=repr)
         self.centre = {k: float(np.mean([r[3] for r in rows if r[0] == k])) for k in self.keys}
-        self._fit(rows)
+        self.spread = self._spread(rows)
+        self._fit(rows, self.spread)
 
-    def _fit(self, rows) -> None:
+    def _spread(self, rows) -> float:
+        """How far the keys' log speeds lie apart (rule 3's prior): the spread about their mean of the keys'
+        speeds fitted with a vague prior, less what their own variances explain (a method of moments), within
+        [:data:`MIN_SPREAD`, :data:`PRIOR_SD`]."""
+        if len(self.keys) < 2:
+            return PRIOR_SD
+        self._fit(rows, VAGUE_SD)
+        n_keys = len(self.keys)
+        centring = np.eye(n_keys) - 1.0 / n_keys  # the keys' speeds about their mean: b takes their common level
+        measured = centring @ self.theta[:n_keys]
+        noise = np.trace(centring @ self.covariance[:n_keys, :n_keys] @ centring)
+        excess = (measured @ measured - noise) / (n_keys - 1)
+        return float(min(PRIOR_SD, max(MIN_SPREAD, math.sqrt(max(excess, 0.0)))))
+
+    def _fit(self, rows, prior_sd: float) -> None:
         n_keys = len(self.keys)
         size = 2 * n_keys + KNOTS
         normal = np.zeros((size, size))
@@ -205,7 +228,7 @@ class Speeds:
             normal += np.outer(row, row) / var
             rhs += row * x / var
         prior = np.zeros(size)
-        prior[:n_keys], prior[n_keys:2 * n_keys] = PRIOR_SD ** -2, DRIFT ** -2
+        prior[:n_keys], prior[n_keys:2 * n_keys] = prior_sd ** -2, DRIFT ** -2
         prior[2 * n_keys:] = BIAS_SD ** -2
         normal += np.diag(prior)
         second = np.zeros((KNOTS - 2, size))
@@ -223,11 +246,35 @@ class Speeds:
     def at(self, key: Any, loss: float) -> Speed:
         """log ρ̃ of ``key`` at ``loss``: the prior for a key without a clear segment."""
         if key not in self.keys:
-            return Speed(0.0, PRIOR_SD ** 2)
+            return Speed(0.0, self.spread ** 2)
         k, n_keys = self.keys.index(key), len(self.keys)
         row = np.zeros(len(self.theta))
         row[k], row[n_keys + k] = 1.0, self.share(loss) - self.centre[key]
         return Speed(float(row @ self.theta), float(row @ self.covariance @ row))
+
+
+def _stints(keys: Sequence[Any], slopes: Sequence[SegmentSlope | None], reference: Reference):
+    """Runs of consecutive segments of one key, each segment as (speed, its standard error, its mean loss)."""
+    key_before, stint = object(), []
+    for key, s in zip(keys, slopes):
+        rate = reference.rate(s.loss_mid) if s is not None else None
+        if rate is None or not s.slope_se > 0:
+            continue
+        if key != key_before and stint:
+            yield key_before, stint
+            stint = []
+        key_before = key
+        stint.append((-s.slope / rate, s.slope_se / rate, s.loss_mid))
+    if stint:
+        yield key_before, stint
+
+
+def _pooled(stint: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    """A stint's inverse-variance mean speed, its standard error, and its weighted mean loss."""
+    weights = np.array([se ** -2 for _, se, _ in stint])
+    speeds, losses = np.array([s for s, _, _ in stint]), np.array([l for _, _, l in stint])
+    total = weights.sum()
+    return float(weights @ speeds / total), float(total ** -0.5), float(weights @ losses / total)
 
 
 def _hat(share: float) -> np.ndarray:
