@@ -75,13 +75,13 @@ PRIOR_SD = 0.5
 MIN_SPREAD = 0.1
 VAGUE_SD = 3.0
 # How much a setting's log speed may change over the loss's whole way from the first loss to the target.
-DRIFT = 0.5
+DRIFT = 0.25
 MIN_SPEED = 0.05
 # A segment measures a speed when its loss falls by at least this many standard errors.
 CLEAR_T = 2.0
 # The reference's error along the loss's way (rule 5): knots, and how much its slope may change between knots.
 KNOTS = 11
-SMOOTHNESS = 0.1
+SMOOTHNESS = 0.05
 # ... and how far off it may be at a knot, give or take (its level: with none, the settings' speeds would be known
 # only relative to each other, and each one's variance would be the prior's).
 BIAS_SD = 1.0
@@ -204,7 +204,7 @@ class Speeds:
     def _spread(self, rows) -> float:
         """How far the keys' log speeds lie apart (rule 3's prior): the spread about their mean of the keys'
         speeds fitted with a vague prior, less what their own variances explain (a method of moments), within
-        [:data:`MIN_SPREAD`, :data:`PRIOR_SD`]."""
+        [:data:`MIN_SPREAD`, :data:`PRIOR_SD`]. Their common level is b's (rule 5) as much as theirs."""
         if len(self.keys) < 2:
             return PRIOR_SD
         self._fit(rows, VAGUE_SD)
