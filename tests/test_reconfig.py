@@ -64,7 +64,7 @@ def test_run_refuses_an_unknown_reconfig(db_path):
 SESSION_SPACE = {"ps": 2, "worker": 1, "intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2,
                  "global_jit_level": "OFF"}
 LOOP = {"initial_iterations": 20, "random_settings": 3, "segment_iterations": 15, "min_segment_s": 0,
-        "exploration_budget": None, "resume": False}
+        "exploration_budget": None, "overhead_share": None, "resume": False}  # a switch every 15 iterations
 
 
 @pytest.fixture(scope="module")

@@ -12,17 +12,18 @@ from tfonline.exceptions import ConfigurationError
 
 # Thread pools and XLA pinned: no node restart or XLA compile, so the test is quick.
 SPACE = {"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2, "global_jit_level": "OFF"}
-LOOP = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
+LOOP = {"initial_iterations": 40, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
         "exploration_budget": None}  # both random settings, whatever they cost
 
 
 @pytest.fixture(scope="module")
 def tuned(cluster, tmp_path_factory):
     db = str(tmp_path_factory.mktemp("tune") / "runs.db")
-    # lr 0.02, as when these tests were written: the loss is clearly under log 2 by the first switches.
-    first = TunedLogR(lr=0.02).run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    # About two thousand iterations: the GP's decisions (about a second each on two busy cores) leave the job time to
+    # reach its online phase; the first switch comes after 40, when the loss is clearly under log 2.
+    first = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                                    space=SPACE, tuning=LOOP)
-    second = TunedLogR(lr=0.02).run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
+    second = TunedLogR().run(setting={"ps": 2, "worker": 1}, tune=True, db=db, cluster=cluster, quiet=True,
                                     space=SPACE, tuning=LOOP)
     return db, first, second
 
@@ -98,6 +99,7 @@ def test_a_second_run_resumes_tuning(tuned):
     (dict(tune=True, tuning={"initial_iterations": 0}), "initial_iterations must be an integer >= 1, got 0"),
     (dict(tune=True, tuning={"exploration_budget": -0.5}),
      "exploration_budget must be a fraction between 0 and 1, or None, got -0.5"),
+    (dict(tune=True, tuning={"overhead_share": 0}), r"overhead_share must be a fraction > 0 and <= 1, or None, got 0"),
     (dict(tune=True, tuning=[1]), "tuning must be a dict of options, got list"),
     (dict(space={"worker": 1}), "space, extra_knobs and tuning apply only with tune=True, got tune=False"),
 ])

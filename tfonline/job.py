@@ -122,7 +122,10 @@ class MLJobFramework:
                 ``min_segment_s`` (default 2.0), ``exploration_budget``
                 (default 0.2: random settings and exploring switches spend
                 at most this fraction of the job's estimated length; None:
-                no limit, the paper's random phase) and ``resume`` (default
+                no limit, the paper's random phase), ``overhead_share``
+                (default 0.02: a segment lasts at least 50 times the
+                tuner's latest decision, so deciding takes at most 2% of
+                the job; None: no such bound) and ``resume`` (default
                 True: start from the triples earlier runs of this job left
                 in ``db``).
             reconfig: how a switch is made (see :mod:`tfonline.reconfig`):
@@ -201,7 +204,7 @@ def _tuning_plan(tune, tuning, space, extra_knobs, schedule, estimator, estimato
         if tuning is not None and not isinstance(tuning, dict):
             raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
         known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s",
-                 "exploration_budget", "resume"}
+                 "exploration_budget", "overhead_share", "resume"}
         unknown = sorted(set(tuning or {}) - known)
         if unknown:
             raise ConfigurationError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline.setting import Knob
-from tfonline.tuner.manager import EXPLORATION_BUDGET, Triple, TuningManager, check_options
+from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
 from tfonline.tuner.space import KnobSpace
 
 __all__ = ["Tuning", "KnobSpace", "TuningManager", "Triple", "check_options", "load_triples"]
@@ -34,13 +34,14 @@ class Tuning:
     segment_iterations: int | None = None
     min_segment_s: float = 2.0
     exploration_budget: float | None = EXPLORATION_BUDGET
+    overhead_share: float | None = OVERHEAD_SHARE
     estimator_factory: Any = None
     resume: bool = True
     schedule: Sequence[tuple[int, dict[str, Any]]] | None = None  # run(schedule=...): switches, not tuning
 
     def __post_init__(self):
         check_options(self.initial_iterations, self.random_settings, self.segment_iterations, self.min_segment_s,
-                      self.exploration_budget)
+                      self.exploration_budget, self.overhead_share)
 
     def space(self, node_count: int, fixed_threads=None) -> KnobSpace:
         import os
@@ -58,7 +59,8 @@ class Tuning:
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
-            history=history, exploration_budget=self.exploration_budget, technique=technique)
+            history=history, exploration_budget=self.exploration_budget, technique=technique,
+            overhead_share=self.overhead_share)
 
 
 def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:

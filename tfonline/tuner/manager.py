@@ -16,8 +16,9 @@ Phases:
 2. ``random``: ``random_settings`` (N, the paper's 10) random settings of the
    space, each for one segment. When none fits the exploration budget left,
    the job waits (it may still exploit, as online) and draws again later:
-   the budget grows with the job. The phase ends early once the loss is
-   close to the target (:meth:`TuningManager.loss_progress`).
+   the budget grows with the job. The phase ends early once the job is
+   too far along its estimated time for a random setting to pay off
+   (:meth:`TuningManager.time_share`).
 3. ``online``: every segment, the GP is refitted and EI maximised at the
    current loss. The job switches when the switch confidently pays by the
    GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
@@ -42,8 +43,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -51,18 +53,12 @@ from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
-from tfonline.tuner.convergence import SPEED_KNOBS, Reference, SegmentSlope, Speeds, segment_slope, speed_key
+from tfonline.tuner.convergence import SPEED_KNOBS, Reference, Speeds, segment_slope, speed_key
+from tfonline.tuner._records import CostModel, Decision, SegmentRun, Triple, loss_trend
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
 
-# Before any switch that changed a part (see switch_parts) has been measured,
-# the part is taken to cost this many seconds, by its type: about what
-# rebuilding the graphs and sessions of a small job takes on a local
-# cluster; and for "compile" (turning XLA on), what the first step's
-# compilation took for the LogR example: 5.5 s alone on this machine's 2
-# cores, 15-50 s on a busy cluster (NOTES.md).
-PRIOR_COST_S = {"I-a": 2.0, "I-b": 2.0, "II": 1.0, "compile": 10.0}
 # Exploring (random settings, and online switches made on EI alone) may spend
 # this fraction of the job's estimated length (TuningManager.exploration_left).
 # The estimate is low early (hogwild's R̂ was 3-5× low on LogR after the
@@ -83,133 +79,8 @@ MAX_STRETCH = 8
 # The tuner's decisions (the GP's fits, mostly) may take at most this share of
 # the job: a segment lasts at least 1/OVERHEAD_SHARE times the latest decision.
 OVERHEAD_SHARE = 0.02
-# The loss a triple and a suggestion are made at is the job's loss *trend*:
-# a straight line fitted to the latest this many iterations, read at the
-# segment's start (or end). A smoothed minibatch loss is too noisy for this:
-# on LogR, segments a few hundred iterations apart started at 0.57 and 0.67
-# with the trend near 0.62, and R̂ at a loss under the target is 0.
-TREND_ITERATIONS = 500
-
-
-@dataclass
-class SegmentRun:
-    """What a driver measured in one segment.
-
-    Attributes:
-        setting: the setting the segment ran under.
-        steps, losses, walls: per iteration: global step, loss, wall-clock
-            time when it finished.
-        loss_before: the smoothed loss when the segment started.
-        loss_now: the smoothed loss at its end.
-        warmup: how many of the first iterations are warm-up after a switch,
-            left out of the timing.
-    """
-
-    setting: dict[str, Any]
-    steps: np.ndarray
-    losses: np.ndarray
-    walls: np.ndarray
-    loss_before: float
-    loss_now: float
-    warmup: int = 0
-
-
-@dataclass
-class Triple:
-    setting: dict[str, Any]
-    loss_before: float
-    per_iteration_s: float | None
-    remaining_iterations: float | None
-    remaining_s: float | None
-    reason: str | None = None
-    slope: SegmentSlope | None = None  # how the loss fell in the segment (its setting's convergence speed)
-    speed: float | None = None  # ρ̃, the setting's speed relative to the job's curve, when R̂ was made
-
-    @property
-    def usable(self) -> bool:
-        return self.remaining_s is not None
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What the tuner decided at a segment's end, as the driver carries it out and the repository records it.
-
-    Immutable. ``plan`` is how the change from ``current`` to ``candidate``
-    is carried out (:func:`tfonline.reconfig.plan`, technique "none" when
-    they are equal): the change is classified once, by the manager that
-    decided it, and the driver follows the plan. ``parts`` name what the
-    switch changes as the cost model learns it.
-    """
-
-    phase: str
-    current: dict[str, Any]
-    candidate: dict[str, Any]
-    switch: bool
-    reason: str
-    expected_improvement_s: float | None = None
-    cost_s: float | None = None
-    overhead_s: float = 0.0
-    parts: tuple[str, ...] = ()
-    plan: Plan | None = None
-
-    @property
-    def types(self) -> tuple[str, ...]:
-        """The paper's reconfiguration types of the change to the candidate."""
-        return self.plan.types if self.plan is not None else ()
-
-
-def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
-               iterations: int = TREND_ITERATIONS) -> float:
-    """The least-squares line through the latest ``iterations`` losses, read at ``at_step``."""
-    steps = np.asarray(steps[-iterations:], dtype=float)
-    losses = np.asarray(losses[-iterations:], dtype=float)
-    usable = np.isfinite(losses)
-    steps, losses = steps[usable], losses[usable]
-    if steps.size < 3 or np.ptp(steps) == 0:
-        return float(np.mean(losses)) if losses.size else math.nan
-    slope, intercept = np.polyfit(steps, losses, 1)
-    return float(slope * at_step + intercept)
-
-
-class CostModel:
-    """The expected cost of a switch, learnt per set of changed parts from measured costs.
-
-    A part is a changed knob (:func:`tfonline.reconfig.switch_parts`).
-
-    - A set of parts measured before costs the mean of its measurements.
-    - Otherwise each part costs at most the cheapest measured switch that
-      changed it (a switch costs at least as much as any of its parts), or
-      the prior of its type (:data:`PRIOR_COST_S`) while none did; the
-      switch costs the largest of those.
-
-    Keying by knob rather than by type keeps one costly knob (XLA's compile)
-    from making every other knob of its type look costly.
-    """
-
-    def __init__(self, prior: dict[str, float] | None = None):
-        self.prior = dict(PRIOR_COST_S if prior is None else prior)
-        self.measured: list[tuple[frozenset[str], float]] = []
-
-    def record(self, parts: Iterable[str], cost_s: float) -> None:
-        self.measured.append((frozenset(parts), float(cost_s)))
-
-    def estimate(self, parts: dict[str, str]) -> float:
-        """``parts``: each changed part and its type."""
-        if not parts:
-            return 0.0
-        key = frozenset(parts)
-        exact = [c for k, c in self.measured if k == key]
-        if exact:
-            return float(np.mean(exact))
-        per_part = []
-        for name, kind in parts.items():
-            seen = [c for k, c in self.measured if name in k]
-            per_part.append(min(seen) if seen else self.prior.get(kind, max(self.prior.values())))
-        return max(per_part)
-
-
 def check_options(initial_iterations, random_settings, segment_iterations, min_segment_s,
-                  exploration_budget=EXPLORATION_BUDGET) -> None:
+                  exploration_budget=EXPLORATION_BUDGET, overhead_share=OVERHEAD_SHARE) -> None:
     """Fails early (before any cluster starts) on bad tuning options."""
     for name, value, low in (("initial_iterations", initial_iterations, 1), ("random_settings", random_settings, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -224,6 +95,60 @@ def check_options(initial_iterations, random_settings, segment_iterations, min_s
                                            or not 0 <= exploration_budget <= 1):
         raise ConfigurationError(
             f"exploration_budget must be a fraction between 0 and 1, or None, got {exploration_budget!r}")
+    if overhead_share is not None and (isinstance(overhead_share, bool) or not isinstance(overhead_share, (int, float))
+                                       or not 0 < overhead_share <= 1):
+        raise ConfigurationError(f"overhead_share must be a fraction > 0 and <= 1, or None, got {overhead_share!r}")
+
+
+def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
+         tried: Sequence[dict[str, Any]], ahead: dict[str, Any] | None, left: float | None, segment_s: float,
+         tries: int = 64) -> tuple[dict[str, Any] | None, dict[str, str], float]:
+    """A random untried setting whose switch fits the exploration budget ``left``, chosen for what it teaches
+    per second it costs; returns (setting or None, its switch's parts, their estimated cost).
+
+    ``ahead``, the setting drawn ahead for the driver to prepare
+    (:meth:`TuningManager.ahead`), is taken if it is untried and fits.
+    Without a budget (``left`` None), draws are uniform over the space.
+    With one, ``tries`` uniform draws are made, and those whose estimated
+    cost exceeds the budget left are dropped. Of the rest, the one with the
+    most *new values* (a knob at a value no tried setting had) per second it
+    costs (the switch's estimated cost, XLA's compile included, plus the
+    ``segment_s`` it runs for) is taken: cheap switches change few knobs,
+    and without this a small budget spends itself on thread and optimizer
+    knobs, and the GP never sees the layout vary (measured on LogR: three
+    random settings, all at the starting layout); a costly one must teach
+    more to be drawn. (The caller ends the random phase once the job is too
+    far along: :meth:`TuningManager._draw`.)
+    """
+    def priced(candidate):
+        parts = switch_parts(space.knobs, current, candidate)
+        return candidate, parts, costs.estimate(parts)
+
+    if left is None:
+        return priced(ahead if ahead is not None and ahead not in tried else space.sample(rng, exclude=tried))
+    if ahead is not None and ahead not in tried and priced(ahead)[2] <= left:
+        return priced(ahead)
+    fitting = []
+    for _ in range(tries):
+        candidate, parts, cost = priced(space.sample(rng, exclude=tried))
+        if candidate not in tried and cost <= left:
+            new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
+            fitting.append((new / (cost + segment_s + 1e-3), candidate, parts, cost))
+    if not fitting:
+        return None, {}, 0.0
+    best = max(f[0] for f in fitting)
+    return rng.choice([f[1:] for f in fitting if f[0] == best])
+
+
+def explore_price(prediction, cost: float, current_s: float, iterations_left: float,
+                  segment_iterations: int | None, min_segment_s: float) -> float:
+    """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
+    (the GP's mean slowdown over a segment of the current length) and the switch back."""
+    slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
+    per_iteration = current_s / iterations_left
+    iterations = segment_iterations or 3 * int(prediction.setting["worker"])
+    segment_s = max(min_segment_s, iterations * per_iteration)
+    return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)
 
 
 class TuningManager:
@@ -241,6 +166,9 @@ class TuningManager:
         exploration_budget: the fraction of the job's estimated remaining time
             (R̂ of the initial segment) the random phase may spend on
             switches; None: no limit (the paper's random phase).
+        overhead_share: the share of the job the tuner's decisions may take:
+            a segment lasts at least the latest decision's time over it;
+            None: segments as short as the other options say.
         seed: seeds the random phase and the GP.
         history: triples of earlier runs of the same job (resuming).
     """
@@ -249,8 +177,11 @@ class TuningManager:
                  make_estimator: Callable[[], BaseEstimator], *, initial_iterations: int = 50,
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
-                 exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online"):
-        check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget)
+                 exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online",
+                 overhead_share: float | None = OVERHEAD_SHARE):
+        check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget,
+                      overhead_share)
+        self.overhead_share = overhead_share
         self.space = space
         self.technique = technique  # how the driver switches (run(reconfig=...)): each decision's plan uses it
         self.current = dict(start)
@@ -296,8 +227,9 @@ class TuningManager:
 
     def segment_seconds(self) -> float:
         """The least duration of the current segment: ``min_segment_s`` stretched, and at least the latest
-        decision's time over :data:`OVERHEAD_SHARE`."""
-        return max(self.stretch * self.min_segment_s, self._last_overhead_s / OVERHEAD_SHARE)
+        decision's time over ``overhead_share``."""
+        least = self.stretch * self.min_segment_s
+        return least if self.overhead_share is None else max(least, self._last_overhead_s / self.overhead_share)
 
     # -- the loop ----------------------------------------------------------------
 
@@ -366,7 +298,7 @@ class TuningManager:
             return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason, slope)
         self.reference = reference
         triple = Triple(run.setting, loss_before, per_iteration_s, None, None, None, slope)
-        speed = self.speeds([triple]).at(self.speed_key(run.setting), loss_before).value
+        speed = self.speeds([triple]).at(speed_key(run.setting, self.speed_names()), loss_before).value
         return replace(triple, remaining_iterations=remaining / speed, remaining_s=remaining / speed * per_iteration_s,
                        speed=speed)
 
@@ -374,14 +306,12 @@ class TuningManager:
         """The knobs a setting's convergence speed depends on (:func:`~tfonline.tuner.convergence.speed_key`)."""
         return SPEED_KNOBS + tuple(knob.name for knob in self.space.extra_knobs)
 
-    def speed_key(self, setting: dict[str, Any]) -> tuple:
-        return speed_key(setting, self.speed_names())
-
     def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
         """The settings' convergence speeds, from every segment so far, against the latest reference."""
         triples = list(self.triples) + list(extra)
         first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
-        return Speeds([self.speed_key(t.setting) for t in triples], [t.slope for t in triples], self.reference, first)
+        keys = [speed_key(t.setting, self.speed_names()) for t in triples]
+        return Speeds(keys, [t.slope for t in triples], self.reference, first)
 
     @property
     def elapsed_s(self) -> float:
@@ -421,56 +351,17 @@ class TuningManager:
         self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
         return decision
 
-    def _draw(self, current: dict[str, Any], tries: int = 64):
-        """A random untried setting whose switch fits the exploration budget, chosen for what it teaches per
-        second it costs.
-
-        Returns (setting or None, its switch's parts, their estimated cost,
-        the budget left or None when unlimited, whether the job is too far
-        along for any draw). Without a budget, draws are uniform over the
-        space. With one, the job is too far along once its estimated share
-        of the job's time (:meth:`time_share`) reaches 1 − the budget's
-        fraction: a setting found then has little time left to pay off.
-        Else ``tries`` uniform draws are made, and those whose estimated
-        cost exceeds the budget left are dropped. Of the rest, the one with
-        the most *new values* (a knob at a value no tried setting had) per
-        second it costs (the switch's estimated cost, XLA's compile
-        included, plus the segment it runs for) is taken: cheap switches
-        change few knobs, and without this a small budget spends itself on
-        thread and optimizer knobs, and the GP never sees the layout vary
-        (measured on LogR: three random settings, all at the starting
-        layout); a costly one must teach more to be drawn.
-
-        The setting drawn for the next random segment is kept (:meth:`ahead`:
-        the driver prepares its switch while the current segment runs) and
-        taken at the next draw if it still fits.
-        """
+    def _draw(self, current: dict[str, Any]):
+        """The next random setting (see :func:`draw`): (setting or None, its switch's parts, their estimated cost,
+        the budget left or None when unlimited, whether the job is too far along for any draw)."""
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
         ahead, self._ahead = self._ahead, None
-        if left is None:
-            candidate = ahead if ahead is not None and ahead not in tried else self.space.sample(self.rng, exclude=tried)
-            parts = switch_parts(self.space.knobs, current, candidate)
-            return candidate, parts, self.costs.estimate(parts), None, False
-        if self.time_share() >= 1 - self.exploration_budget:
+        if left is not None and self.time_share() >= 1 - self.exploration_budget:
             return None, {}, 0.0, left, True
-        if ahead is not None and ahead not in tried:
-            parts = switch_parts(self.space.knobs, current, ahead)
-            cost = self.costs.estimate(parts)
-            if cost <= left:
-                return ahead, parts, cost, left, False
-        fitting = []
-        for _ in range(tries):
-            candidate = self.space.sample(self.rng, exclude=tried)
-            parts = switch_parts(self.space.knobs, current, candidate)
-            cost = self.costs.estimate(parts)
-            if candidate not in tried and cost <= left:
-                new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
-                fitting.append((new / (cost + self.min_segment_s + 1e-3), candidate, parts, cost))
-        if not fitting:
-            return None, {}, 0.0, left, False
-        best = max(f[0] for f in fitting)
-        return (*self.rng.choice([f[1:] for f in fitting if f[0] == best]), left, False)
+        candidate, parts, cost = draw(self.space, self.rng, self.costs, current, tried, ahead, left,
+                                      self.min_segment_s)
+        return candidate, parts, cost, left, False
 
     def ahead(self) -> tuple[dict[str, Any], Plan] | None:
         """The random setting the next random segment will likely run, and its plan, for the driver to prepare
@@ -488,13 +379,6 @@ class TuningManager:
         if not usable or not self.elapsed_s > 0:
             return 0.0
         return self.elapsed_s / (self.elapsed_s + usable[-1].remaining_s)
-
-    def loss_progress(self) -> float:
-        """How much of its way from this run's first loss to the target the job's loss trend has covered (0 to 1)."""
-        if len(self.job_steps) < 2 or self._first_loss is None or not self._first_loss > self.target_loss:
-            return 0.0
-        now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1])
-        return min(1.0, max(0.0, (self._first_loss - now) / (self._first_loss - self.target_loss)))
 
     def usable_observations(self) -> list[Observation]:
         """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
@@ -519,7 +403,7 @@ class TuningManager:
         - Otherwise a switch *explores* when EI exceeds its price: the
           switch's cost, plus, as likely as the candidate is worse, the time
           its segment would lose (the GP's mean slowdown over one segment)
-          and the switch back (:meth:`_explore_price`). The largest EI −
+          and the switch back (:func:`explore_price`). The largest EI −
           price wins, never a setting left recently; the switch is charged,
           with the time its segment loses, to the exploration budget.
           Measured on the LogR job, EI against the cost alone made 26 of 28
@@ -527,22 +411,10 @@ class TuningManager:
           mean put 8.9 s behind for an EI of 2-3 s (NOTES.md).
         """
         current = self.current
-        if self.optimizer is None:
-            return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
-        observations = self.usable_observations()
-        if len(observations) < 2:
-            return Decision("online", current, current, False,
-                            f"only {len(observations)} usable observation(s); the GP needs 2")
-        loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
-        iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
-        if not iterations_left:
-            return Decision("online", current, current, False,
-                            f"the job's curve has no iterations left at the loss trend {loss_now:.4g}: nothing to gain")
-        hold = [name for name, off in COMPILING_KNOBS.items() if name in self.space.free and current[name] == off]
-        speeds = self.speeds()
-        speed = SpeedOf(self.speed_names(), lambda key: speeds.at(key, loss_now).log)
-        suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
-                                            iterations_left=iterations_left, speed=speed)
+        suggested = self._suggest(run)
+        if isinstance(suggested, Decision):
+            return suggested
+        suggestion, iterations_left = suggested
         ei = suggestion.expected_improvement_s
         names = ["s*", "s* with XLA held off", "the best setting seen"]
         options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
@@ -562,8 +434,9 @@ class TuningManager:
                                 f"exploit {name}{' (back to a setting left recently)' if back else ''}: predicted "
                                 f"gain {prediction.gain_s:.3g} s exceeds the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
-        by_ei = [p + (self._explore_price(p[1], p[4], suggestion.current_s, iterations_left),)
-                 for p in priced if p[2] is not None and not p[5]]
+        price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
+                        segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s)
+        by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
         if not by_ei:
             recent = [p for p in priced if p[2] is not None]
             return Decision("online", current, suggestion.setting, False,
@@ -592,14 +465,27 @@ class TuningManager:
                             f"{cost:.3g} s: {', '.join(sorted(parts))}); predicted gain {prediction.gain_s:.3g} s"
                             f"{budget}")
 
-    def _explore_price(self, prediction, cost: float, current_s: float, iterations_left: float) -> float:
-        """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
-        (the GP's mean slowdown over a segment of the current length) and the switch back."""
-        slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
-        per_iteration = current_s / iterations_left
-        iterations = self.segment_iterations or 3 * int(prediction.setting["worker"])
-        segment_s = max(self.min_segment_s, iterations * per_iteration)
-        return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)
+    def _suggest(self, run: SegmentRun):
+        """The GP's suggestion at the job's loss trend, and the iterations left there; or a Decision to stay
+        when there is nothing to suggest."""
+        current = self.current
+        if self.optimizer is None:
+            return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
+        observations = self.usable_observations()
+        if len(observations) < 2:
+            return Decision("online", current, current, False,
+                            f"only {len(observations)} usable observation(s); the GP needs 2")
+        loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
+        iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
+        if not iterations_left:
+            return Decision("online", current, current, False,
+                            f"the job's curve has no iterations left at the loss trend {loss_now:.4g}: nothing to gain")
+        hold = [name for name, off in COMPILING_KNOBS.items() if name in self.space.free and current[name] == off]
+        speeds = self.speeds()
+        speed = SpeedOf(self.speed_names(), lambda key: speeds.at(key, loss_now).log)
+        suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
+                                            iterations_left=iterations_left, speed=speed)
+        return suggestion, iterations_left
 
     def left_recently(self, setting: dict[str, Any]) -> bool:
         """Whether the job left ``setting`` within the last :data:`RECENT_DECISIONS` decisions for one the GP
