@@ -259,7 +259,8 @@ class Monitor:
         becomes "untuned", and the report shows both.
         """
         state = self.state
-        reason = f"tuning stopped at step {state.step}: {type(error).__name__}: {essence(str(error))}"
+        step = state.step  # read once: the workers train on meanwhile
+        reason = f"tuning stopped at step {step}: {type(error).__name__}: {essence(str(error))}"
         logger.warning("%s; the job goes on, untuned, on its current setting", reason)
         manager, self.manager = self.manager, None
         self.tuning_overhead_s = getattr(manager, "overhead_s", None)
@@ -268,5 +269,5 @@ class Monitor:
         state.phase = "untuned"
         with contextlib.suppress(Exception):
             self.backend.discard()
-        self.recorder.tuning_stopped(state.step, state.setting, state.smoothed.value, reason)
-        self.recorder.phase("untuned", state.step + 1)
+        self.recorder.tuning_stopped(step, state.setting, state.smoothed.value, reason)
+        self.recorder.phase("untuned", step + 1)
