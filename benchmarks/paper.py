@@ -1,6 +1,6 @@
 """The paper's evaluation (§VI), reproduced on this machine with one command.
 
-    python benchmarks/paper.py --mode quick|full [--workloads logr,svm,cnn] [--out benchmarks/results]
+    python benchmarks/paper.py --mode quick|full [--workloads logr,svm,cnn,paper-sim] [--out benchmarks/results]
     make bench        # quick: R = 8 random fixed settings and 2 tuned seeds per workload
     make bench-full   # full: R = 30 and 5 seeds (hours)
 
@@ -17,6 +17,18 @@ For each workload (the LogR, SVM and CNN examples), in this order:
    dropped;
 3. the estimators are rated on the converged fixed runs (the paper's rank
    metric, Table VI; ``tfonline estimate-quality``).
+
+``paper-sim`` is the paper's scale, simulated (``tfonline simulate``: 36
+modelled nodes, a 100 MB model, hours of simulated training; about 20 s of
+real time per tuned seed): the real tuner against R = 100 random fixed
+settings (the paper's R, in both modes), in the same tables, with no
+checkpoint-restart run and no estimator rank (simulated fixed runs keep no
+iterations).
+
+Every workload is also set against the project's targets (:data:`TARGETS`):
+the share of the gain from Average to Best that tfonline captures, and its
+time over Best's; for the simulation, also Average over tfonline. A figure
+that falls short is printed as short, beside the target.
 
 Every run starts its own embedded cluster, so a completion time counts
 everything the user waits for: cluster start-up, tuning and switches. The
@@ -55,10 +67,19 @@ from tfonline.estimator import available_estimators  # noqa: E402
 from tfonline.estimator._quality import estimate_quality, load_runs  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 from tfonline.setting import short_form  # noqa: E402
+from tfonline.simulator.evaluate import evaluate  # noqa: E402
+from tfonline.simulator.run import paper_scale  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402
 
 MODES = {"quick": {"fixed": 8, "seeds": 2}, "full": {"fixed": 30, "seeds": 5}}
 WORKLOADS = {"logr": LogR, "svm": SVM, "cnn": CNN}
+SIMULATED = {"paper-sim": lambda: paper_scale("async")}
+SIMULATED_FIXED = 100  # the paper's R; a simulated fixed run takes milliseconds
+SIMULATED_MIN_SEGMENT_S = 120.0  # tfonline simulate's default: each decision costs real time for the GP
+# The project's targets (issue 17): the share of the Average -> Best gain captured, tfonline's time over Best's, and
+# (simulated, at the paper's scale) Average's time over tfonline's.
+TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10},
+           "simulated": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "average_over_tfonline": 2.5}}
 CAP_FACTOR = 10
 DRAW_SEED = 2026  # the fixed settings' draw
 RANK_SEGMENT = 60  # iterations per segment for the estimator rank (fewer for short runs: at least 6 segments)
@@ -117,7 +138,9 @@ def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
         "completion_time_s": {"worst": worst, "average": average, "best": best, "tfonline": ours,
                               "tfonline_runs": [r["completion_time_s"] for r in tuned]},
         "ratios": {"average_over_tfonline": average / ours, "worst_over_tfonline": worst / ours,
-                   "tfonline_over_best": ours / best},
+                   "tfonline_over_best": ours / best,
+                   # (Average - tfonline) / (Average - Best): 1 is Best's time, 0 an average setting's
+                   "gain_captured": (average - ours) / (average - best) if average > best else None},
         "capped": sum(r["status"] == "stopped" for r in fixed), "failed": sum(r["status"] == "failed" for r in fixed),
         "cap_s": cap,
         "table_iii": {
@@ -133,6 +156,43 @@ def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
         "table_iv": {"best": best_run.get("setting"), "worst": worst_run.get("setting"),
                      "tfonline_most_used": [r["most_used_setting"] for r in tuned]},
     }
+
+
+def _simulated(name: str, seeds: int, stem: str, log) -> dict:
+    """The simulated workload ``name`` in the real workloads' form: tuned rows from its repository, fixed rows
+    from the simulated fixed runs."""
+    db = f"{stem}-{name}.db"
+    log(f"{name}: {SIMULATED_FIXED} random fixed settings and {seeds} tuned seeds, simulated")
+    r = evaluate(SIMULATED[name](), db, random_settings=SIMULATED_FIXED, seeds=range(seeds),
+                 min_segment_s=SIMULATED_MIN_SEGMENT_S)
+    tuned = [dict(_job_row(db, t["job_id"]), wall_s=t["real_s"]) for t in r["tuned"]]
+    for row in tuned:
+        log(f"    {row['status']:<10} {row['completion_time_s']:9.1f} s  {row['iterations']:>6} it  "
+            f"{row['most_used_setting']}")
+    fixed = [{"status": f["status"], "completion_time_s": f["completion_s"], "iterations": f["iterations"],
+              "time_per_iteration_s": f["per_iteration_s"], "setting": f["setting"], "most_used_setting": f["setting"],
+              "startup_s": None, "reconfigurations": 0, "reconfiguration_cost_s": 0.0, "reconfiguration_costs_s": []}
+             for f in r["fixed"]]
+    ok = [t for t in tuned if t["status"] == "converged"]
+    cap = max(f["completion_time_s"] for f in fixed)
+    return {"simulated": True, "tuned": tuned, "checkpoint": {}, "fixed": fixed, "db": db,
+            "summary": _summary(ok or tuned, fixed, cap), "table_v": _table_v(ok or tuned, {}),
+            "table_vi": {"runs": 0, "why": "simulated fixed runs keep no iterations"}}
+
+
+def _targets(workload: dict) -> list[tuple[str, float | None, str, float, bool | None]]:
+    """(figure, measured, relation, target, met) for each of the workload's targets (:data:`TARGETS`)."""
+    r = workload["summary"]["ratios"]
+    targets = TARGETS["simulated" if workload.get("simulated") else "real"]
+    rows = []
+    for key, label, relation in (("gain_captured", "share of the Average -> Best gain captured", ">="),
+                                 ("tfonline_over_best", "tfonline / Best", "<="),
+                                 ("average_over_tfonline", "Average / tfonline", ">=")):
+        if key in targets:
+            value, target = r.get(key), targets[key]
+            met = None if value is None else (value >= target if relation == ">=" else value <= target)
+            rows.append((label, value, relation, target, met))
+    return rows
 
 
 def _table_v(tuned: list[dict], checkpoint: dict) -> dict:
@@ -180,7 +240,8 @@ def markdown(result: dict) -> str:
     lines = [f"# tfonline: the paper's evaluation, {result['mode']} mode ({result['date']})", "",
              f"Machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}; Python {m['python']}, "
              f"TensorFlow {m['tensorflow']}; embedded cluster of {m['nodes']} nodes. Benchmark wall time: "
-             f"{result['wall_s'] / 60:.1f} min. R = {result['fixed_settings']} random fixed settings (seed "
+             f"{result['wall_s'] / 60:.1f} min. R = {result['fixed_settings']} random fixed settings ({SIMULATED_FIXED} "
+             f"for a simulated workload; seed "
              f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {CAP_FACTOR}x the "
              "median tuned completion time and then counts at the cap. Completion times include everything the "
              "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
@@ -194,8 +255,15 @@ def markdown(result: dict) -> str:
         lines.append(f"| {name} | {c['worst']:.1f} | {c['average']:.1f} | {c['best']:.1f} | {c['tfonline']:.1f} "
                      f"({', '.join(f'{t:.1f}' for t in c['tfonline_runs'])}) | {r['average_over_tfonline']:.2f}x | "
                      f"{r['worst_over_tfonline']:.2f}x | {r['tfonline_over_best']:.2f}x | {s['capped']} of "
-                     f"{result['fixed_settings']} | {_fmt(_mean(w['fixed'], 'startup_s'))}; "
+                     f"{len(w['fixed'])} | {_fmt(_mean(w['fixed'], 'startup_s'))}; "
                      f"{_fmt(_mean(w['tuned'], 'startup_s'))} | avg {PAPER['vs_average']}, best {PAPER['vs_best']} |")
+    lines += ["", "## Against the targets", "", "| workload | figure | measured | target | |", "|---|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        for label, value, relation, target, met in _targets(w):
+            shown = "-" if value is None else (f"{value:.0%}" if "share" in label else f"{value:.2f}x")
+            goal = f"{target:.0%}" if "share" in label else f"{target:.2f}x"
+            lines.append(f"| {name} | {label} | {shown} | {relation} {goal} | "
+                         f"{'-' if met is None else 'met' if met else 'short'} |")
     lines += ["", "## Iterations and time per iteration (Table III)", "",
               "| workload | best: it, s/it | worst: it, s/it | average (converged): it, s/it | tfonline: it, s/it |",
               "|---|---|---|---|---|"]
@@ -228,25 +296,34 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _write(result: dict, stem: str, started: float) -> None:
+    """Writes the JSON and the tables after every workload: a long run keeps what it has."""
+    result["wall_s"] = time.monotonic() - started
+    with open(stem + ".json", "w") as f:
+        json.dump(result, f, indent=2)
+    with open(stem + ".md", "w") as f:
+        f.write(markdown(result))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
-    parser.add_argument("--workloads", default="logr,svm,cnn")
+    parser.add_argument("--workloads", default="logr,svm,cnn,paper-sim")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--fixed", type=int, help="random fixed settings per workload (default: by mode)")
     parser.add_argument("--seeds", type=int, help="tuned runs per workload (default: by mode)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS]
+    unknown = [n for n in names if n not in WORKLOADS and n not in SIMULATED]
     if unknown:
-        parser.error(f"--workloads takes {', '.join(WORKLOADS)}, got {unknown[0]!r}")
+        parser.error(f"--workloads takes {', '.join([*WORKLOADS, *SIMULATED])}, got {unknown[0]!r}")
     fixed_count = args.fixed or MODES[args.mode]["fixed"]
     seeds = args.seeds or MODES[args.mode]["seeds"]
     os.makedirs(args.out, exist_ok=True)
     date = time.strftime("%Y-%m-%d")
     stem = os.path.join(args.out, f"{date}-{args.mode}")
     tuned_db, fixed_db = stem + "-tuned.db", stem + "-fixed.db"
-    for path in (tuned_db, fixed_db):
+    for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
         for suffix in ("", "-wal", "-shm"):
             if os.path.exists(path + suffix):
                 os.remove(path + suffix)
@@ -266,6 +343,10 @@ def main(argv=None) -> int:
                           "tensorflow": tf.__version__, "nodes": nodes},
               "paper": PAPER, "cap_factor": CAP_FACTOR, "draw_seed": DRAW_SEED}
     for index, name in enumerate(names):
+        if name in SIMULATED:
+            result["workloads"][name] = _simulated(name, seeds, stem, log)
+            _write(result, stem, started)
+            continue
         job_class = WORKLOADS[name]
         log(f"{name}: tfonline from the default setting, {seeds} seeds")
         tuned = [_run(job_class(), tuned_db, log, tune=True, seed=seed) for seed in range(seeds)]
@@ -290,11 +371,7 @@ def main(argv=None) -> int:
         result["workloads"][name] = {"tuned": tuned, "checkpoint": checkpoint, "fixed": fixed,
                                      "summary": _summary(ok or tuned, fixed, cap),
                                      "table_v": _table_v(ok or tuned, checkpoint), "table_vi": table_vi}
-        result["wall_s"] = time.monotonic() - started
-        with open(stem + ".json", "w") as f:  # written after every workload: a long run keeps what it has
-            json.dump(result, f, indent=2)
-        with open(stem + ".md", "w") as f:
-            f.write(markdown(result))
+        _write(result, stem, started)
     log(f"done: {stem}.md")
     print(markdown(result))
     return 0

@@ -44,6 +44,12 @@ def test_a_capped_run_counts_at_the_cap_and_the_ratios_follow(paper):
     assert s["ratios"]["worst_over_tfonline"] == pytest.approx(10.0)
     assert s["capped"] == 1 and s["table_iv"]["best"] == "fast" and s["table_iv"]["worst"] == "capped"
     assert s["table_iii"]["average_converged"]["iterations"] == 1000  # capped runs left out of the averages
+    assert s["ratios"]["gain_captured"] == pytest.approx((158 / 3 - 12) / (158 / 3 - 8))  # 91%
+    assert paper._targets({"summary": s}) == [
+        ("share of the Average -> Best gain captured", pytest.approx(0.9104, abs=1e-4), ">=", 0.9, True),
+        ("tfonline / Best", pytest.approx(1.5), "<=", 1.1, False)]
+    simulated = paper._targets({"summary": s, "simulated": True})
+    assert simulated[-1] == ("Average / tfonline", pytest.approx(158 / 36), ">=", 2.5, True)
     v = paper._table_v(tuned, _row("converged", 20.0, moves=(1.2, 1.5)))
     assert v["online"]["median_cost_s"] == pytest.approx(0.3) and v["checkpoint"]["median_cost_s"] == 1.35
     assert v["median_ratio_checkpoint_over_online"] == pytest.approx(4.5)
@@ -64,10 +70,35 @@ def test_the_markdown_has_every_table(paper):
         assert heading in text
     assert "| logr | 100.0 | 54.0 | 8.0 | 10.0 (10.0) | 5.40x | 10.00x | 1.25x | 1 of 2 |" in text
     assert "| 4.0x |" in text and "| logr | 1 runs, segments of - it | fewer than 2 converged fixed runs |" in text
+    assert "## Against the targets" in text
+    assert "| logr | share of the Average -> Best gain captured | 96% | >= 90% | met |" in text
+    assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
+
+
+def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch):
+    """The simulated section runs the real tuner on a modelled cluster (here a small one, for speed) and
+    reports it in the real workloads' form, tuned rows read back from its repository."""
+    import simulated as sim
+
+    monkeypatch.setattr(paper, "SIMULATED", {"paper-sim": lambda: sim.stale_job(0).workload})
+    monkeypatch.setattr(paper, "SIMULATED_FIXED", 6)
+    w = paper._simulated("paper-sim", 2, str(tmp_path / "bench"), log=lambda message: None)
+    assert w["simulated"] and len(w["fixed"]) == 6 and len(w["tuned"]) == 2
+    assert all(t["status"] == "converged" and t["iterations"] > 0 for t in w["tuned"])
+    c = w["summary"]["completion_time_s"]
+    assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] > 0
+    assert [label for label, *_ in paper._targets(w)] == [
+        "share of the Average -> Best gain captured", "tfonline / Best", "Average / tfonline"]
+    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 2, "wall_s": 60.0,
+              "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
+                          "nodes": 4}, "workloads": {"paper-sim": w}}
+    text = paper.markdown(result)
+    assert "| paper-sim | 0 runs, segments of - it | simulated fixed runs keep no iterations |" in text
+    assert " of 6 | -; " in text  # R is the simulation's own; simulated runs have no start-up of their own
 
 
 def test_an_unknown_workload_is_refused_in_one_line():
     out = subprocess.run([sys.executable, BENCH, "--workloads", "logr,nope"], capture_output=True, text=True,
                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, got 'nope'"
+    assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, paper-sim, got 'nope'"

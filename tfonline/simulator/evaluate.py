@@ -56,6 +56,8 @@ def evaluate(workload: Workload, db: str, *, random_settings: int = 100, seeds: 
         "average_over_tuned": mean(times) / tuned_s, "worst_over_tuned": times[-1] / tuned_s,
         "tuned_over_best": tuned_s / times[0], "default_over_tuned": default.completion_s / tuned_s,
         "fixed_runs_real_s": fixed_s, "real_s": time.perf_counter() - began,
+        "fixed": [{"setting": short_form(f.setting), "status": f.status, "iterations": f.iterations,
+                   "completion_s": f.completion_s, "per_iteration_s": f.per_iteration_s} for f in fixed],
     }
 
 

@@ -1,0 +1,32 @@
+"""The paper-evaluation benchmark end to end: ``benchmarks/paper.py`` on real clusters, at its smallest."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from test_bench import BENCH
+
+
+def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
+    """One tuned seed, its checkpoint-restart run and two random fixed settings of LogR (about a minute)."""
+    out = subprocess.run([sys.executable, BENCH, "--workloads", "logr", "--fixed", "2", "--seeds", "1",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert out.returncode == 0, out.stderr[-2000:]
+    (md,) = [p for p in os.listdir(tmp_path) if p.endswith("-quick.md")]
+    text = (tmp_path / md).read_text()
+    for heading in ("## Completion time (Fig. 5) and ratios", "## Against the targets",
+                    "## Iterations and time per iteration (Table III)", "## Settings (Table IV)",
+                    "## Reconfigurations (Table V)", "## Estimator rank (Table VI"):
+        assert heading in text
+    result = json.loads((tmp_path / md.replace(".md", ".json")).read_text())
+    logr = result["workloads"]["logr"]
+    assert [r["status"] for r in logr["tuned"]] == ["converged"] and len(logr["fixed"]) == 2
+    c, ratios = logr["summary"]["completion_time_s"], logr["summary"]["ratios"]
+    assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] == logr["tuned"][0]["completion_time_s"]
+    assert ratios["tfonline_over_best"] == c["tfonline"] / c["best"]
+    assert f"| logr | tfonline / Best | {ratios['tfonline_over_best']:.2f}x | <= 1.10x |" in text
+    assert os.path.exists(tmp_path / md.replace(".md", "-tuned.db"))
