@@ -244,9 +244,14 @@ class Speeds:
         return min(1.0, max(0.0, (self.first_loss - loss) / way)) if way > 0 else 0.0
 
     def at(self, key: Any, loss: float) -> Speed:
-        """log ρ̃ of ``key`` at ``loss``: the prior for a key without a clear segment."""
+        """log ρ̃ of ``key`` at ``loss``; for a key without a clear segment, the measured keys' mean give or take
+        their spread (the reference's own pace, 0, when none is measured). Not the reference's pace once keys
+        are measured: the reference is off by b (rule 5), and an unmeasured key at 0 would look faster than
+        every measured one when b is positive (at the paper's scale in simulation, the tuner "exploited" such
+        keys, 100% sure, and lost)."""
         if key not in self.keys:
-            return Speed(0.0, self.spread ** 2)
+            level = float(np.mean(self.theta[:len(self.keys)])) if self.keys else 0.0
+            return Speed(level, self.spread ** 2)
         k, n_keys = self.keys.index(key), len(self.keys)
         row = np.zeros(len(self.theta))
         row[k], row[n_keys + k] = 1.0, self.share(loss) - self.centre[key]
