@@ -289,12 +289,27 @@ def test_without_a_budget_the_random_phase_runs_all_its_settings():
     assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
 
 
+@pytest.mark.parametrize("share", [0.02, 0.5, None])
+def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_share(share):
+    """overhead_share: after each decision, the next segment lasts at least the decision's time over the share
+    (so deciding takes at most that share of the job); None leaves only min_segment_s (0 here)."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0, overhead_share=share)
+    job = sim.SimulatedJob(0)
+    for _ in range(12):
+        (decision,) = job.drive(manager, 1)
+        assert decision.overhead_s > 0
+        expected = 0.0 if share is None else decision.overhead_s / share
+        assert manager.segment_seconds() == pytest.approx(expected)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(initial_iterations=0), "initial_iterations must be an integer >= 1, got 0"),
     (dict(random_settings=-1), "random_settings must be an integer >= 0, got -1"),
     (dict(segment_iterations=2), "segment_iterations must be an integer >= 3 or None, got 2"),
     (dict(min_segment_s="1"), "min_segment_s must be a number >= 0, got '1'"),
     (dict(exploration_budget=1.5), "exploration_budget must be a fraction between 0 and 1, or None, got 1.5"),
+    (dict(overhead_share=0), "overhead_share must be a fraction > 0 and <= 1, or None, got 0"),
 ])
 def test_invalid_loop_options(kwargs, message):
     space = sim.space()
