@@ -193,7 +193,7 @@ def test_missing_file_for_readers(tmp_path):
 
 
 def test_a_version_1_repository_is_upgraded_in_place(db_path):
-    """Versions 2 to 4 only added tables and columns: an older file keeps its rows and gains them."""
+    """Versions 2 to 5 only added tables and columns: an older file keeps its rows and gains them."""
     repo = Repository(db_path)
     repo.insert("jobs", {"id": "old", "name": "Old", "status": "converged"})
     repo.close()
@@ -208,7 +208,7 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
-    assert repo.schema_version == SCHEMA_VERSION == 4
+    assert repo.schema_version == SCHEMA_VERSION == 5
     assert {"driver_host", "driver_pid", "heartbeat_at"} <= set(repo.db["jobs"].columns_dict)
     assert repo.db["triples"].exists() and repo.db["phases"].exists()
     assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict

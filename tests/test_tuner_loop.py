@@ -86,11 +86,16 @@ def test_a_manager_resumes_from_the_repository(tmp_path):
                     replace=True)
         repo.insert("triples", {"job_id": "j1", "segment": i, "setting_id": setting_key(t.setting),
                                 "loss_before": t.loss_before, "per_iteration_s": t.per_iteration_s,
-                                "remaining_iterations": t.remaining_iterations, "remaining_s": t.remaining_s})
+                                "remaining_iterations": t.remaining_iterations, "remaining_s": t.remaining_s,
+                                **({"slope_loss": t.slope.loss_mid, "slope": t.slope.slope,
+                                    "slope_se": t.slope.slope_se} if t.slope is not None else {})})
     repo.flush()
     history = load_triples(repo, "Sim", space)
     assert len(history) == sum(t.usable for t in first.triples) and all(isinstance(t, Triple) for t in history)
     assert [t.setting for t in history] == [t.setting for t in first.triples if t.usable]
+    # ... with each segment's slope, so the resumed job knows the settings' convergence speeds
+    assert [t.slope for t in history] == [t.slope for t in first.triples if t.usable]
+    assert sum(t.slope is not None for t in history) >= len(history) - 2
     resumed = sim.make_manager(space, 3, history=history)
     decisions = sim.SimulatedJob(4).drive(resumed, 3)
     assert [d.phase for d in decisions] == ["online"] * 3  # straight to the online phase

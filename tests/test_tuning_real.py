@@ -90,6 +90,10 @@ def test_a_second_run_resumes_tuning(tuned):
     phases = [p for (p,) in _rows(db, "select phase from phases where job_id = ? order by start_step", second.job_id)]
     assert phases == ["initial", "online"]
     assert not _rows(db, "select 1 from decisions where job_id = ? and phase = 'random'", second.job_id)
+    # The first run's segments left their slopes: the second starts from its convergence speeds too.
+    slopes = _rows(db, "select count(*), count(slope) from triples where job_id = ? and remaining_s is not null",
+                   first.job_id)[0]
+    assert slopes[0] > 0 and slopes[1] >= slopes[0] - 1
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -103,6 +103,9 @@ class Recorder:
             "loss_before": triple.loss_before, "per_iteration_s": triple.per_iteration_s,
             "remaining_iterations": triple.remaining_iterations, "remaining_s": triple.remaining_s,
             "estimator": estimator, "reason": triple.reason,
+            "slope_loss": triple.slope.loss_mid if triple.slope is not None else None,
+            "slope": triple.slope.slope if triple.slope is not None else None,
+            "slope_se": triple.slope.slope_se if triple.slope is not None else None,
         }, replace=True)
 
     def decision(self, decision, step: int, loss: float) -> None:

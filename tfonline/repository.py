@@ -35,7 +35,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -153,6 +153,11 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "remaining_s": float,
             "estimator": str,
             "reason": str,
+            # how the loss fell in the segment (tfonline.tuner.convergence.SegmentSlope), for a resumed job's
+            # convergence speeds (v5)
+            "slope_loss": float,
+            "slope": float,
+            "slope_se": float,
         },
         ("job_id", "segment"),
     ),

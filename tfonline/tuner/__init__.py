@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline.setting import Knob
+from tfonline.tuner.convergence import SegmentSlope
 from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
 from tfonline.tuner.space import KnobSpace
 
@@ -67,10 +68,12 @@ def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:
     """The usable triples that earlier runs of ``job_name`` left in the repository, within ``space``.
 
     This is how a job restarted on the same repository resumes tuning: its
-    GP starts from what the earlier runs learnt.
+    GP starts from what the earlier runs learnt, and its convergence speeds
+    from their segments' slopes (none for triples written before schema v5).
     """
     rows = repo.rows(
-        "select t.loss_before, t.per_iteration_s, t.remaining_iterations, t.remaining_s, s.knobs "
+        "select t.loss_before, t.per_iteration_s, t.remaining_iterations, t.remaining_s, t.slope_loss, t.slope, "
+        "t.slope_se, s.knobs "
         "from triples t join jobs j on j.id = t.job_id join settings s on s.id = t.setting_id "
         "where j.name = ? and t.remaining_s is not null order by j.started_at, t.segment", (job_name,))
     triples = []
@@ -78,6 +81,8 @@ def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:
         setting = json.loads(row["knobs"])
         if not space.contains(setting) or not math.isfinite(row["loss_before"]):
             continue
+        slope = (SegmentSlope(row["slope_loss"], row["slope"], row["slope_se"])
+                 if None not in (row["slope_loss"], row["slope"], row["slope_se"]) else None)
         triples.append(Triple(setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"],
-                              row["remaining_s"]))
+                              row["remaining_s"], slope=slope))
     return triples
