@@ -94,8 +94,7 @@ def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:
 
 # A surface where time per iteration and iterations needed pull apart: async staleness 0.5 per extra worker.
 # Per iteration, 4 workers are the fastest; per unit of progress, 2 workers are: 4 workers need 2.5/1.5 = 1.67x
-# the iterations of 2. With ``growth``, staleness starts at 0.05 and grows to 0.5 as the loss nears its floor:
-# 4 workers are the best early, 2 late.
+# the iterations of 2.
 STALE_T = {1: 0.02, 2: 0.011, 3: 0.009, 4: 0.008}
 
 
@@ -111,9 +110,8 @@ def stale_space() -> KnobSpace:
     return space(ps=1, intra_op_parallelism_threads=CORES, inter_op_parallelism_threads=2, global_jit_level="OFF")
 
 
-def stale_job(seed: int, growth: bool = False) -> Segments:
-    curve = (LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.05, staleness_growth=9.0, noise=0.02) if growth
-             else LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.5, noise=0.02))
+def stale_job(seed: int) -> Segments:
+    curve = LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.5, noise=0.02)
     workload = Workload("StaleSurface", NODES, StaleSurface(), curve, target_loss=0.305, model_bytes=0.0, start_s=0.0,
                         smoothing_window=19)
     return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)

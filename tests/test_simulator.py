@@ -86,6 +86,23 @@ def test_the_loss_curve_has_staleness_and_its_inverse():
     assert curve.progress_per_iteration(four, sync=True) == pytest.approx(2.5)  # a larger batch
 
 
+def test_staleness_can_grow_as_the_loss_nears_its_floor_and_fixed_runs_follow_it():
+    """staleness·(1 + growth·f), f the share of the way to the floor covered: 4 workers lose progress per
+    iteration along the job, 1 worker does not; a fixed run's iterations to the target count it."""
+    growing = LossCurve(b0=1 / 100, b1=2.0, b2=0.3, staleness=0.1, staleness_growth=4.0)
+    one, four = ({"worker": w} for w in (1, 4))
+    paces = [growing.progress_per_iteration(four, False, p) for p in (0.0, 100.0, 1000.0, float("inf"))]
+    assert paces[0] == pytest.approx(1 / 1.3) and paces[-1] == pytest.approx(1 / (1 + 0.1 * 5 * 3))
+    assert paces == sorted(paces, reverse=True)
+    assert growing.progress_per_iteration(one, False, float("inf")) == 1.0
+    steady = LossCurve(b0=1 / 100, b1=2.0, b2=0.3, staleness=0.1)
+    workloads = [small_workload(curve=c) for c in (steady, growing)]
+    setting = dict(workloads[0].default_setting(), worker=4)
+    steady_run, growing_run = (fixed_runs(w, [setting], seed=0)[0] for w in workloads)
+    assert steady_run.status == growing_run.status == "converged"
+    assert growing_run.iterations > 1.2 * steady_run.iterations
+
+
 @pytest.fixture(scope="module")
 def simulated_db(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("sim") / "runs.db")

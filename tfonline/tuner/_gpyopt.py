@@ -261,8 +261,8 @@ class GPOptimizer:
                 seen.setdefault(setting_key(o.setting), o.setting)
             known = [s for key, s in seen.items() if key != setting_key(current)]
             settings = [current] + suggested + known
-            mean, cov = model.predict(settings)
-            _, latent = model.predict(settings, speed_variance=False)
+            mean, latent, speeds = model.predict(settings)
+            cov = latent + speeds
         predictions = [_against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
                        for i, s in enumerate(settings) if i > 0]
         current_s = math.exp(mean[0])
@@ -305,9 +305,8 @@ class Fitted:
         self.offset = math.log(max(iterations_left, 1e-12))
         self.current_key = self._keys([current])[0]
         mean, var = self._latent(np.array([self.space.encode(current)], dtype=float))
-        speed_mean, speed_var = self._speeds([self.current_key])
+        speed_mean, _ = self._speeds([self.current_key])
         self.current_mean = float(mean[0] - speed_mean[0])
-        self.current_speed_var = float(speed_var[0])
 
     def _keys(self, settings: Sequence[dict[str, Any]]) -> list[tuple]:
         names = self.speed.names if self.speed is not None else ()
@@ -353,10 +352,10 @@ class Fitted:
         speed_mean, _ = self._speeds(self._grid_keys(grid))
         return -_expected_improvements(self.current_mean, mean - speed_mean, np.sqrt(np.maximum(var, 0.0)))
 
-    def predict(self, settings: Sequence[dict[str, Any]],
-                speed_variance: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """The means and covariance of log R̂ (seconds; measurement noise left out) of settings; the speeds'
-        variance left out unless ``speed_variance``.
+    def predict(self, settings: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The means of log R̂ (seconds) of settings, and its covariance in two parts: the GP's, of log t
+        (measurement noise left out), and the speeds' (settings of one speed key share theirs). Their sum
+        is log R̂'s covariance.
 
         A switch gains what the setting's true R̂ is better by; the noise of
         one segment's measurement is not something a switch can win. With
@@ -373,7 +372,7 @@ class Fitted:
         keys = self._keys(settings)
         speed_mean, speed_var = self._speeds(keys)
         same = np.array([[a == b for b in keys] for a in keys], dtype=float)
-        return mean - speed_mean, cov + same * speed_var[:, None] * speed_variance
+        return mean - speed_mean, cov, same * speed_var[:, None]
 
     def maximise(self, held: dict[str, float]) -> dict[str, Any]:
         """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values).

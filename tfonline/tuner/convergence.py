@@ -162,9 +162,10 @@ class Speeds:
     """Every speed key's log ρ at any loss, from the segments seen (rules 1-5 of the module's docstring).
 
     One penalised least-squares fit of each segment's measured log speed
-    (rule 1; segments whose loss does not fall clearly, by
-    :data:`CLEAR_T` standard errors, measure nothing in logs and are left
-    out), weighted by its variance:
+    (rule 1: each stint's, its consecutive segments of one key pooled; a
+    stint whose loss does not fall clearly, by :data:`CLEAR_T` standard
+    errors, measures nothing in logs and is left out), weighted by its
+    variance:
 
         log ρ̂_i = θ(key_i) + θ'(key_i)·(share_i − share̅(key_i)) + b(share_i) + ε_i
 
@@ -244,7 +245,7 @@ class Speeds:
         return min(1.0, max(0.0, (self.first_loss - loss) / way)) if way > 0 else 0.0
 
     def at(self, key: Any, loss: float) -> Speed:
-        """log ρ̃ of ``key`` at ``loss``; for a key without a clear segment, the measured keys' mean give or take
+        """log ρ̃ of ``key`` at ``loss``; for a key without a clear stint, the measured keys' mean give or take
         their spread (the reference's own pace, 0, when none is measured). Not the reference's pace once keys
         are measured: the reference is off by b (rule 5), and an unmeasured key at 0 would look faster than
         every measured one when b is positive (at the paper's scale in simulation, the tuner "exploited" such
