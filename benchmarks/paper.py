@@ -1,21 +1,27 @@
 """The paper's evaluation (§VI), reproduced on this machine with one command.
 
-    python benchmarks/paper.py --mode quick|full [--workloads logr,svm,cnn,paper-sim] [--out benchmarks/results]
-    make bench        # quick: R = 8 random fixed settings and 2 tuned seeds per workload
-    make bench-full   # full: R = 30 and 5 seeds (hours)
+    python benchmarks/paper.py --mode smoke|quick|full [--workloads logr,cnn,mlp,paper-sim] [--out benchmarks/results]
+    make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (40-45 min)
+    make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (many hours)
 
-For each workload (the LogR, SVM and CNN examples), in this order:
+The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
+examples at the benchmark's sizes: their best fixed setting trains for a
+minute or more in quick mode, five or more in full mode. ``smoke`` runs
+the examples as they are (8-25 s jobs); the benchmark's own test uses it.
+For each workload, in this order:
 
-1. tfonline tunes the job from TensorFlow's default setting, once per seed
-   (quick: 2, full: 5), and once more with ``reconfig="checkpoint"`` (the
+1. tfonline tunes the job from TensorFlow's default setting, once per seed,
+   and (smoke and full modes) once more with ``reconfig="checkpoint"`` (the
    baseline of existing systems) for the overhead comparison (Table V);
-2. R fixed settings (quick: 8, full: 30; the paper: 100), drawn with a fixed
-   seed, uniformly from the full knob space, run to the target. A fixed
-   run is capped at ``CAP_FACTOR`` (10) times the median completion time of
-   the tuned runs: one that has not converged by then is reported as
-   capped, with the cap as its completion time (a lower bound), not
-   dropped;
-3. the estimators are rated on the converged fixed runs (the paper's rank
+2. the default setting, fixed: the setting the tuned runs start from
+   (quick and full modes);
+3. R fixed settings (the paper: 100), drawn with a fixed seed, uniformly
+   from the full knob space, run to the target. A fixed run is capped at
+   the mode's cap factor (quick 3, smoke and full 10) times the median
+   completion time of the tuned runs: one that has not converged by then
+   is reported as capped, with the cap as its completion time (a lower
+   bound, so a capped run makes Average smaller, not larger), not dropped;
+4. the estimators are rated on the converged fixed runs (the paper's rank
    metric, Table VI; ``tfonline estimate-quality``).
 
 ``paper-sim`` is the paper's scale, simulated (``tfonline simulate``: 36
@@ -27,8 +33,11 @@ iterations).
 
 Every workload is also set against the project's targets (:data:`TARGETS`):
 the share of the gain from Average to Best that tfonline captures, and its
-time over Best's; for the simulation, also Average over tfonline. A figure
-that falls short is printed as short, beside the target.
+time over Best's; for the simulation, also Average over tfonline; for the
+real workloads, the spread of the tuned runs, the slowest tuned run over
+the setting it started from, and the tuner's overhead (GP fits and
+suggestions) as a share of the job. A figure that falls short is printed as
+short, beside the target.
 
 Every run starts its own embedded cluster, so a completion time counts
 everything the user waits for: cluster start-up, tuning and switches. The
@@ -41,7 +50,9 @@ iteration, Table III; settings, Table IV; reconfigurations and overhead,
 ODMR against checkpoint-restart, Table V; estimator rank, Table VI; the
 machine; the benchmark's own wall time). The runs' repositories are kept
 next to them (``<date>-<mode>-tuned.db``, ``-fixed.db``) for ``tfonline
-report``.
+report``, and so are the figures (``benchmarks/figures.py``): Fig. 5 as
+``-fig5.png`` and each real workload's loss against wall time as
+``-loss-<workload>.png``.
 """
 
 from __future__ import annotations
@@ -56,11 +67,10 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, os.pardir, "examples"))
+sys.path.insert(0, HERE)
 
-from cnn import CNN  # noqa: E402
-from logr import LogR  # noqa: E402
-from svm import SVM  # noqa: E402
+import workloads  # noqa: E402
+from figures import draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
 from tfonline.estimator import available_estimators  # noqa: E402
@@ -71,16 +81,22 @@ from tfonline.simulator.evaluate import evaluate  # noqa: E402
 from tfonline.simulator.run import paper_scale  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402
 
-MODES = {"quick": {"fixed": 8, "seeds": 2}, "full": {"fixed": 30, "seeds": 5}}
-WORKLOADS = {"logr": LogR, "svm": SVM, "cnn": CNN}
+MODES = {
+    "smoke": {"fixed": 2, "seeds": 1, "cap": 10, "checkpoint": True, "start": False, "workloads": "logr"},
+    "quick": {"fixed": 4, "seeds": 2, "cap": 3, "checkpoint": False, "start": True,
+              "workloads": "logr,cnn,mlp,paper-sim"},
+    "full": {"fixed": 30, "seeds": 5, "cap": 10, "checkpoint": True, "start": True,
+             "workloads": "logr,svm,cnn,mlp,paper-sim"},
+}
+WORKLOADS = tuple(workloads.SIZED)
 SIMULATED = {"paper-sim": lambda: paper_scale("async")}
 SIMULATED_FIXED = 100  # the paper's R; a simulated fixed run takes milliseconds
 SIMULATED_MIN_SEGMENT_S = 120.0  # tfonline simulate's default: each decision costs real time for the GP
 # The project's targets (issue 17): the share of the Average -> Best gain captured, tfonline's time over Best's, and
 # (simulated, at the paper's scale) Average's time over tfonline's.
-TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10},
+TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "tuned_spread": 0.15,
+                    "slowest_tuned_over_start": 1.10, "overhead_share": 0.02},
            "simulated": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "average_over_tfonline": 2.5}}
-CAP_FACTOR = 10
 DRAW_SEED = 2026  # the fixed settings' draw
 RANK_SEGMENT = 60  # iterations per segment for the estimator rank (fewer for short runs: at least 6 segments)
 PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best": "1.3-2.3x slower",
@@ -106,6 +122,7 @@ def _job_row(db: str, job_id: str) -> dict:
         "time_per_iteration_s": (first_last["b"] - first_last["a"]) / (n - 1) if n and n > 1 else None,
         "final_loss": job["final_loss"], "most_used_setting": first_last["most"],
         "reconfigurations": len(moves), "reconfiguration_cost_s": sum(m["cost_s"] or 0.0 for m in moves),
+        "tuning_overhead_s": job["tuning_overhead_s"],
         "reconfiguration_costs_s": [m["cost_s"] for m in moves if m["cost_s"] is not None],
     }
 
@@ -182,13 +199,16 @@ def _simulated(name: str, seeds: int, stem: str, log) -> dict:
 
 def _targets(workload: dict) -> list[tuple[str, float | None, str, float, bool | None]]:
     """(figure, measured, relation, target, met) for each of the workload's targets (:data:`TARGETS`)."""
-    r = workload["summary"]["ratios"]
+    r = dict(workload["summary"]["ratios"], **workload["summary"].get("stability", {}))
     targets = TARGETS["simulated" if workload.get("simulated") else "real"]
     rows = []
     for key, label, relation in (("gain_captured", "share of the Average -> Best gain captured", ">="),
                                  ("tfonline_over_best", "tfonline / Best", "<="),
-                                 ("average_over_tfonline", "Average / tfonline", ">=")):
-        if key in targets:
+                                 ("average_over_tfonline", "Average / tfonline", ">="),
+                                 ("tuned_spread", "spread of the tuned runs (share)", "<="),
+                                 ("slowest_tuned_over_start", "slowest tuned run / its start setting", "<="),
+                                 ("overhead_share", "share of the job in tuner overhead (largest run)", "<=")):
+        if key in targets and key in r:
             value, target = r.get(key), targets[key]
             met = None if value is None else (value >= target if relation == ">=" else value <= target)
             rows.append((label, value, relation, target, met))
@@ -242,7 +262,7 @@ def markdown(result: dict) -> str:
              f"TensorFlow {m['tensorflow']}; embedded cluster of {m['nodes']} nodes. Benchmark wall time: "
              f"{result['wall_s'] / 60:.1f} min. R = {result['fixed_settings']} random fixed settings ({SIMULATED_FIXED} "
              f"for a simulated workload; seed "
-             f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {CAP_FACTOR}x the "
+             f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {result['cap_factor']}x the "
              "median tuned completion time and then counts at the cap. Completion times include everything the "
              "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
              "## Completion time (Fig. 5) and ratios", "",
@@ -264,6 +284,16 @@ def markdown(result: dict) -> str:
             goal = f"{target:.0%}" if "share" in label else f"{target:.2f}x"
             lines.append(f"| {name} | {label} | {shown} | {relation} {goal} | "
                          f"{'-' if met is None else 'met' if met else 'short'} |")
+    lines += ["", "## Stability and overhead", "",
+              "| workload | start setting (default), fixed s | tuned runs s | spread | slowest / start | "
+              "tuner overhead, share of each run |", "|---|---|---|---|---|---|"]
+    for name, w in result["workloads"].items():
+        st = w["summary"].get("stability")
+        if st:
+            lines.append(f"| {name} | {_fmt(st['start_s'])} | "
+                         f"{', '.join(_fmt(r.get('completion_time_s')) for r in w['tuned'])} | "
+                         f"{_fmt(st['tuned_spread'], '.0%')} | {_fmt(st['slowest_tuned_over_start'], '.2f')}x | "
+                         f"{', '.join(f'{x:.1%}' for x in st['overhead_shares']) or '-'} |")
     lines += ["", "## Iterations and time per iteration (Table III)", "",
               "| workload | best: it, s/it | worst: it, s/it | average (converged): it, s/it | tfonline: it, s/it |",
               "|---|---|---|---|---|"]
@@ -293,6 +323,8 @@ def markdown(result: dict) -> str:
         cells = [f"{_fmt(v[e]['rank'], '.2f')} ({v[e]['picks']} picks)" if e in v else v.get("why", "-")
                  for e in available_estimators()]
         lines.append(f"| {name} | {v['runs']} runs, segments of {v.get('segment', '-')} it | " + " | ".join(cells) + " |")
+    if result.get("figures"):
+        lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in result["figures"]]
     return "\n".join(lines) + "\n"
 
 
@@ -305,15 +337,67 @@ def _write(result: dict, stem: str, started: float) -> None:
         f.write(markdown(result))
 
 
+def _draw(space: KnobSpace, count: int, seed: int) -> list[dict]:
+    rng, drawn = random.Random(seed), []
+    for _ in range(count):
+        drawn.append(space.sample(rng, exclude=drawn))
+    return drawn
+
+
+def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fixed_db: str, log) -> dict:
+    """One real workload: its tuned runs, its checkpoint-restart run and start setting (by mode), its fixed runs."""
+    plan = MODES[mode]
+    log(f"{name}: tfonline from the default setting, {seeds} seeds")
+    tuned = [_run(workloads.job(name, mode), tuned_db, log, tune=True, seed=seed) for seed in range(seeds)]
+    checkpoint = {}
+    if plan["checkpoint"]:
+        log(f"{name}: tfonline with checkpoint-restart switches (the baseline, Table V)")
+        checkpoint = _run(workloads.job(name, mode), tuned_db, log, tune=True, seed=0, reconfig="checkpoint")
+    ok = [r for r in tuned if r["status"] == "converged"]
+    cap = plan["cap"] * statistics.median(r["completion_time_s"] for r in (ok or tuned)
+                                          if r["completion_time_s"] is not None)
+    start = None
+    if plan["start"]:
+        log(f"{name}: the default setting, fixed (where the tuned runs start), capped at {cap:.0f} s")
+        start = _fixed(name, mode, None, cap, fixed_db, log)
+    log(f"{name}: {len(drawn)} random fixed settings, capped at {cap:.0f} s")
+    fixed = [_fixed(name, mode, setting, cap, fixed_db, log) for setting in drawn]
+    summary = _summary(ok or tuned, fixed, cap)
+    summary["stability"] = _stability(tuned, start)
+    return {"tuned": tuned, "checkpoint": checkpoint, "start": start, "fixed": fixed, "summary": summary,
+            "table_v": _table_v(ok or tuned, checkpoint), "table_vi": _table_vi(fixed_db, workloads.job(name, mode).name)}
+
+
+def _fixed(name: str, mode: str, setting: dict | None, cap: float, fixed_db: str, log) -> dict:
+    job = workloads.job(name, mode)
+    job.max_seconds = cap
+    row = _run(job, fixed_db, log, setting=setting, seed=0)
+    row["setting"] = "default" if setting is None else short_form(setting)
+    return row
+
+
+def _stability(tuned: list[dict], start: dict | None) -> dict:
+    """The tuned runs' spread ((slowest - fastest) / fastest), the slowest over the start setting's time, and the
+    tuner's overhead as a share of each run."""
+    times = [r["completion_time_s"] for r in tuned if r.get("completion_time_s")]
+    shares = [r["tuning_overhead_s"] / r["completion_time_s"] for r in tuned
+              if r.get("tuning_overhead_s") is not None and r.get("completion_time_s")]
+    start_s = start["completion_time_s"] if start and start.get("status") == "converged" else None
+    return {"tuned_spread": (max(times) - min(times)) / min(times) if len(times) > 1 else None,
+            "start_s": start_s,
+            "slowest_tuned_over_start": max(times) / start_s if times and start_s else None,
+            "overhead_shares": shares, "overhead_share": max(shares) if shares else None}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
-    parser.add_argument("--workloads", default="logr,svm,cnn,paper-sim")
+    parser.add_argument("--workloads", help="comma-separated (default: by mode)")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--fixed", type=int, help="random fixed settings per workload (default: by mode)")
     parser.add_argument("--seeds", type=int, help="tuned runs per workload (default: by mode)")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+    names = [n.strip() for n in (args.workloads or MODES[args.mode]["workloads"]).split(",") if n.strip()]
     unknown = [n for n in names if n not in WORKLOADS and n not in SIMULATED]
     if unknown:
         parser.error(f"--workloads takes {', '.join([*WORKLOADS, *SIMULATED])}, got {unknown[0]!r}")
@@ -341,37 +425,16 @@ def main(argv=None) -> int:
                                                                          * os.sysconf("SC_PHYS_PAGES") / 2**30),
                           "platform": platform.platform(), "python": platform.python_version(),
                           "tensorflow": tf.__version__, "nodes": nodes},
-              "paper": PAPER, "cap_factor": CAP_FACTOR, "draw_seed": DRAW_SEED}
+              "paper": PAPER, "cap_factor": MODES[args.mode]["cap"], "draw_seed": DRAW_SEED}
     for index, name in enumerate(names):
         if name in SIMULATED:
             result["workloads"][name] = _simulated(name, seeds, stem, log)
-            _write(result, stem, started)
-            continue
-        job_class = WORKLOADS[name]
-        log(f"{name}: tfonline from the default setting, {seeds} seeds")
-        tuned = [_run(job_class(), tuned_db, log, tune=True, seed=seed) for seed in range(seeds)]
-        log(f"{name}: tfonline with checkpoint-restart switches (the baseline, Table V)")
-        checkpoint = _run(job_class(), tuned_db, log, tune=True, seed=0, reconfig="checkpoint")
-        ok = [r for r in tuned if r["status"] == "converged"]
-        cap = CAP_FACTOR * statistics.median(r["completion_time_s"] for r in (ok or tuned)
-                                             if r["completion_time_s"] is not None)
-        rng = random.Random(DRAW_SEED + index)
-        drawn = []
-        for _ in range(fixed_count):
-            drawn.append(space.sample(rng, exclude=drawn))
-        log(f"{name}: {fixed_count} random fixed settings, capped at {cap:.0f} s")
-        fixed = []
-        for setting in drawn:
-            job = job_class()
-            job.max_seconds = cap
-            row = _run(job, fixed_db, log, setting=setting, seed=0)
-            row["setting"] = short_form(setting)
-            fixed.append(row)
-        table_vi = _table_vi(fixed_db, job_class().name)
-        result["workloads"][name] = {"tuned": tuned, "checkpoint": checkpoint, "fixed": fixed,
-                                     "summary": _summary(ok or tuned, fixed, cap),
-                                     "table_v": _table_v(ok or tuned, checkpoint), "table_vi": table_vi}
+        else:
+            result["workloads"][name] = _real(name, args.mode, seeds, _draw(space, fixed_count, DRAW_SEED + index),
+                                              tuned_db, fixed_db, log)
         _write(result, stem, started)
+    result["figures"] = [os.path.basename(p) for p in draw(result, stem)]
+    _write(result, stem, started)
     log(f"done: {stem}.md")
     print(markdown(result))
     return 0

@@ -37,6 +37,8 @@ class SparseExample(tfonline.MLJobFramework):
     labels = "01"
     data_seed = 0
     hash_bits = 20
+    categories_per_field = 1000
+    signal = 3.0
 
     def __init__(self, libsvm: str | None = None, max_nnz: int = 26):
         self.libsvm, self.num_features, self.max_nnz = libsvm, 1 << self.hash_bits, max_nnz
@@ -46,7 +48,8 @@ class SparseExample(tfonline.MLJobFramework):
             return libsvm_dataset(self.libsvm, shard, num_shards, num_features=self.num_features,
                                   max_nnz=self.max_nnz, batch_size=64, labels=self.labels)
         ds = hashed_sparse_dataset(shard, num_shards, batch_size=64, hash_bits=self.hash_bits,
-                                   categories_per_field=1000, signal=3.0, seed=self.data_seed)
+                                   categories_per_field=self.categories_per_field, signal=self.signal,
+                                   seed=self.data_seed)
         if self.labels == "pm1":
             ds = ds.map(lambda features, y: (features, 2.0 * y - 1.0))
         return ds

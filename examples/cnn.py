@@ -27,12 +27,15 @@ class CNN(tfonline.MLJobFramework):
     target_loss = 0.25
     max_seconds = 300
     smoothing_window = 30
+    shift = 0  # pixels each image may move each way, drawn anew per read (data augmentation)
+    noise = 0.0  # the standard deviation of Gaussian noise added to each image per read
 
     def __init__(self, digits: str = "mnist"):
         self.images, self.labels = load_digits(digits)
 
     def input_fn(self, shard, num_shards):
-        return digits_dataset(self.images, self.labels, shard, num_shards, batch_size=32)
+        return digits_dataset(self.images, self.labels, shard, num_shards, batch_size=32, shift=self.shift,
+                              noise=self.noise)
 
     def model_fn(self, images, labels):
         side = self.images.shape[1]

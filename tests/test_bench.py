@@ -58,10 +58,12 @@ def test_a_capped_run_counts_at_the_cap_and_the_ratios_follow(paper):
 def test_the_markdown_has_every_table(paper):
     tuned = [_row("converged", 10.0, moves=(0.2,))]
     fixed = [_row("converged", 8.0), _row("stopped", 100.0)]
-    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 1, "wall_s": 60.0,
+    summary = paper._summary(tuned, fixed, 100.0)
+    summary["stability"] = paper._stability([dict(tuned[0], tuning_overhead_s=0.3)], _row("converged", 9.0))
+    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 1, "wall_s": 60.0, "cap_factor": 10,
               "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
                           "nodes": 4},
-              "workloads": {"logr": {"tuned": tuned, "fixed": fixed, "summary": paper._summary(tuned, fixed, 100.0),
+              "workloads": {"logr": {"tuned": tuned, "fixed": fixed, "summary": summary,
                                      "table_v": paper._table_v(tuned, _row("converged", 12.0, moves=(0.8,))),
                                      "table_vi": {"runs": 1, "why": "fewer than 2 converged fixed runs"}}}}
     text = paper.markdown(result)
@@ -73,6 +75,19 @@ def test_the_markdown_has_every_table(paper):
     assert "## Against the targets" in text
     assert "| logr | share of the Average -> Best gain captured | 96% | >= 90% | met |" in text
     assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
+    # One tuned run: no spread; 10 s against 9 s for the start setting; 0.3 s of tuner overhead.
+    assert "| logr | 9.0 | 10.0 | - | 1.11x | 3.0% |" in text
+    assert "| logr | slowest tuned run / its start setting | 1.11x | <= 1.10x | short |" in text
+    assert "| logr | share of the job in tuner overhead (largest run) | 3% | <= 2% | short |" in text
+
+
+def test_stability_is_the_tuned_runs_spread_and_the_slowest_over_the_start(paper):
+    tuned = [dict(_row("converged", t), tuning_overhead_s=o) for t, o in ((100.0, 1.0), (110.0, 1.1), (120.0, 3.6))]
+    st = paper._stability(tuned, _row("converged", 115.0))
+    assert st["tuned_spread"] == pytest.approx(0.2) and st["slowest_tuned_over_start"] == pytest.approx(120 / 115)
+    assert st["overhead_shares"] == pytest.approx([0.01, 0.01, 0.03]) and st["overhead_share"] == pytest.approx(0.03)
+    # A start setting that did not converge gives no ratio (its time is only a lower bound).
+    assert paper._stability(tuned, _row("stopped", 300.0))["slowest_tuned_over_start"] is None
 
 
 def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch):
@@ -89,7 +104,7 @@ def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch
     assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] > 0
     assert [label for label, *_ in paper._targets(w)] == [
         "share of the Average -> Best gain captured", "tfonline / Best", "Average / tfonline"]
-    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 2, "wall_s": 60.0,
+    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 2, "wall_s": 60.0, "cap_factor": 10,
               "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
                           "nodes": 4}, "workloads": {"paper-sim": w}}
     text = paper.markdown(result)
@@ -101,4 +116,4 @@ def test_an_unknown_workload_is_refused_in_one_line():
     out = subprocess.run([sys.executable, BENCH, "--workloads", "logr,nope"], capture_output=True, text=True,
                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 2
-    assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, paper-sim, got 'nope'"
+    assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, mlp, paper-sim, got 'nope'"

@@ -11,12 +11,12 @@ from test_bench import BENCH
 
 
 def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
-    """One tuned seed, its checkpoint-restart run and two random fixed settings of LogR (about a minute)."""
-    out = subprocess.run([sys.executable, BENCH, "--workloads", "logr", "--fixed", "2", "--seeds", "1",
-                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+    """Smoke mode: one tuned seed, its checkpoint-restart run and two random fixed settings of the LogR example
+    at its demo size (about a minute)."""
+    out = subprocess.run([sys.executable, BENCH, "--mode", "smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 0, out.stderr[-2000:]
-    (md,) = [p for p in os.listdir(tmp_path) if p.endswith("-quick.md")]
+    (md,) = [p for p in os.listdir(tmp_path) if p.endswith("-smoke.md")]
     text = (tmp_path / md).read_text()
     for heading in ("## Completion time (Fig. 5) and ratios", "## Against the targets",
                     "## Iterations and time per iteration (Table III)", "## Settings (Table IV)",
@@ -30,3 +30,8 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
     assert ratios["tfonline_over_best"] == c["tfonline"] / c["best"]
     assert f"| logr | tfonline / Best | {ratios['tfonline_over_best']:.2f}x | <= 1.10x |" in text
     assert os.path.exists(tmp_path / md.replace(".md", "-tuned.db"))
+    # The figures: Fig. 5 and LogR's loss against wall time, as PNG files named in the tables.
+    for figure in ("-fig5.png", "-loss-logr.png"):
+        path = tmp_path / md.replace(".md", figure)
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.name in result["figures"]
+        assert f"![{path.name}]({path.name})" in text

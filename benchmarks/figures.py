@@ -1,0 +1,113 @@
+"""The paper benchmark's figures as PNGs beside its tables (``benchmarks/paper.py`` calls :func:`draw`).
+
+- ``<stem>-fig5.png``: completion time of the worst, average and best
+  random fixed settings and of tfonline, per workload (the paper's Fig. 5),
+  on a log scale so that the workloads share one axis.
+- ``<stem>-loss-<workload>.png``: the smoothed loss against the wall time
+  since ``run()`` was called (start-up included) for tfonline's first tuned
+  run, the best fixed setting, and the fixed setting whose completion time
+  is nearest the average, with the target as a dashed line. A simulated
+  workload has no such figure: its fixed runs keep no iterations.
+
+    python benchmarks/figures.py benchmarks/results/<date>-<mode>.json   # redraw from a finished run
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from tfonline.repository import Repository  # noqa: E402
+
+BARS = (("worst", "worst fixed", "#b2182b"), ("average", "average fixed", "#ef8a62"),
+        ("best", "best fixed", "#67a9cf"), ("tfonline", "tfonline", "#1b7837"))
+
+
+def fig5(result: dict, path: str) -> str:
+    names = list(result["workloads"])
+    fig, ax = plt.subplots(figsize=(max(5.0, 1.8 * len(names) + 2), 4.0), dpi=100)
+    width = 0.8 / len(BARS)
+    for i, (key, label, colour) in enumerate(BARS):
+        values = [result["workloads"][n]["summary"]["completion_time_s"][key] for n in names]
+        ax.bar([j + (i - 1.5) * width for j in range(len(names))], values, width, label=label, color=colour)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yscale("log")
+    ax.set_ylabel("completion time, s (log scale)")
+    ax.set_title(f"Completion time (Fig. 5), {result['mode']} mode, {result['date']}", fontsize=11)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def _curve(db: str, job_id: str) -> tuple[list[float], list[float], float | None]:
+    repo = Repository(db, create=False)
+    try:
+        job = repo.jobs(job_id)[0]
+        rows = list(repo.rows("select wall_time, smoothed_loss from iterations where job_id = ? and smoothed_loss "
+                              "is not null order by step", (job_id,)))
+    finally:
+        repo.db.conn.close()
+    return [r["wall_time"] - job["started_at"] for r in rows], [r["smoothed_loss"] for r in rows], job["target_loss"]
+
+
+def _nearest_average(workload: dict) -> dict | None:
+    average = workload["summary"]["completion_time_s"]["average"]
+    runs = [r for r in workload["fixed"] if r.get("job_id") and r.get("completion_time_s") is not None]
+    return min(runs, key=lambda r: abs(r["completion_time_s"] - average)) if runs else None
+
+
+def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: str) -> str | None:
+    fixed = [r for r in workload["fixed"] if r.get("job_id") and r.get("completion_time_s") is not None]
+    tuned = [r for r in workload["tuned"] if r.get("job_id")]
+    if not fixed or not tuned:
+        return None
+    best = min(fixed, key=lambda r: r["completion_time_s"])
+    lines = [("tfonline (seed 0)", tuned_db, tuned[0], "#1b7837"),
+             (f"best fixed: {best.get('setting')}", fixed_db, best, "#67a9cf")]
+    middle = _nearest_average(workload)
+    if middle is not None and middle is not best:
+        lines.append((f"near the average: {middle.get('setting')}", fixed_db, middle, "#ef8a62"))
+    fig, ax = plt.subplots(figsize=(8.0, 4.5), dpi=100)
+    target = None
+    for label, db, run, colour in lines:
+        xs, ys, target = _curve(db, run["job_id"])
+        ax.plot(xs, ys, label=f"{label} ({run['completion_time_s']:.0f} s)", color=colour, linewidth=1.2)
+    if target is not None:
+        ax.axhline(target, color="0.3", linestyle="--", linewidth=0.8, label=f"target {target:g}")
+    ax.set_xlabel("wall time since run(), s")
+    ax.set_ylabel("smoothed loss")
+    ax.set_title(f"{name}: loss against wall time", fontsize=11)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def draw(result: dict, stem: str) -> list[str]:
+    """Writes the figures of a benchmark result next to ``stem`` (its JSON's path without ``.json``)."""
+    written = [fig5(result, stem + "-fig5.png")]
+    for name, workload in result["workloads"].items():
+        if workload.get("simulated"):
+            continue
+        path = loss_figure(name, workload, stem + "-tuned.db", stem + "-fixed.db", f"{stem}-loss-{name}.png")
+        if path:
+            written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    json_path = sys.argv[1]
+    with open(json_path) as f:
+        for p in draw(json.load(f), os.path.splitext(json_path)[0]):
+            print(p)
