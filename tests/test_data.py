@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfonline.data import digits_dataset, hashed_sparse_dataset, libsvm_dataset, load_digits, write_libsvm
+from tfonline.data import (digits_dataset, hashed_sparse_dataset, libsvm_dataset, load_digits, teacher_dataset,
+                           write_libsvm)
 from tfonline.exceptions import ConfigurationError
 
 
@@ -81,6 +82,44 @@ def test_shipped_digits(source, side, count):
     assert set(np.unique(labels)) == set(range(10))
     (x, y), = _batches(digits_dataset(images, labels, 0, 2, batch_size=8), 1)
     assert x.shape == (8, side, side, 1) and 0.0 <= x.min() and x.max() <= 1.0
+
+
+def test_augmented_digits_move_and_get_noise_each_time_they_are_read():
+    images, labels = load_digits("sklearn")
+    one = np.repeat(images[:1], 64, axis=0)  # one digit, read many times
+    plain = _batches(digits_dataset(one, labels[:64], 0, 1, batch_size=64), 1)[0][0]
+    shifted = _batches(digits_dataset(one, labels[:64], 0, 1, batch_size=64, shift=2), 1)[0][0]
+    noisy = _batches(digits_dataset(one, labels[:64], 0, 1, batch_size=64, noise=0.3), 1)[0][0]
+    assert shifted.shape == plain.shape == noisy.shape == (64, 8, 8, 1)
+    # Without augmentation every read is the same image; shifted reads differ, and each keeps the digit's ink
+    # or loses only what left the frame.
+    assert np.ptp(plain, axis=0).max() == 0.0
+    assert len({x.tobytes() for x in shifted}) > 5 and shifted.sum(axis=(1, 2, 3)).max() <= plain[0].sum() + 1e-5
+    assert np.std(noisy - plain) == pytest.approx(0.3, rel=0.1)
+
+
+def test_augmentation_refuses_a_negative_shift():
+    images, labels = load_digits("sklearn")
+    with pytest.raises(ConfigurationError, match="shift and noise must be >= 0, got shift=-1, noise=0.0"):
+        digits_dataset(images, labels, 0, 1, shift=-1)
+
+
+def test_teacher_data_is_the_same_batch_whichever_worker_reads_it():
+    alone = _batches(teacher_dataset(0, 1, batch_size=16, seed=3), 4)
+    shard1 = _batches(teacher_dataset(1, 2, batch_size=16, seed=3), 2)
+    for (x, y), (x1, y1) in zip((alone[1], alone[3]), shard1):  # batch b goes to worker b mod 2
+        assert np.array_equal(x, x1) and np.array_equal(y, y1)
+    xs, ys = np.concatenate([x for x, _ in alone]), np.concatenate([y for _, y in alone])
+    assert xs.shape == (64, 32) and abs(xs.mean()) < 0.1 and ys.min() >= 0 and ys.max() <= 9
+    assert len(set(ys.tolist())) >= 5  # the teacher uses many classes, not one
+    other = _batches(teacher_dataset(0, 1, batch_size=16, seed=4), 1)[0][1]
+    assert not np.array_equal(other, alone[0][1])  # another seed, another teacher and inputs
+
+
+def test_teacher_data_refuses_one_class():
+    with pytest.raises(ConfigurationError, match="dim, hidden >= 1 and classes >= 2 expected, got dim=32, "
+                                                 "hidden=64, classes=1"):
+        teacher_dataset(0, 1, classes=1)
 
 
 def test_unknown_digits():

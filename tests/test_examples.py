@@ -15,11 +15,12 @@ EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
 @pytest.fixture(scope="module")
 def examples():
     sys.path.insert(0, os.path.abspath(EXAMPLES))
-    yield {name: importlib.import_module(name) for name in ("logr", "svm", "cnn")}
+    yield {name: importlib.import_module(name) for name in ("logr", "svm", "cnn", "mlp")}
     sys.path.remove(os.path.abspath(EXAMPLES))
 
 
-@pytest.mark.parametrize("name, cls, args", [("logr", "LogR", ()), ("svm", "SVM", ()), ("cnn", "CNN", ("sklearn",))])
+@pytest.mark.parametrize("name, cls, args", [("logr", "LogR", ()), ("svm", "SVM", ()), ("cnn", "CNN", ("sklearn",)),
+                                             ("mlp", "MLP", ())])
 def test_example_trains(examples, cluster, db_path, name, cls, args):
     job = getattr(examples[name], cls)(*args)
     result = job.run(db=db_path, cluster=cluster, max_steps=300, quiet=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import signal
 import sqlite3
 import threading
@@ -167,6 +168,10 @@ def test_a_plateau_above_the_target_stops_the_job_with_that_reason(cluster, db_p
     assert result.status == "stopped"
     assert result.stop_reason.startswith("the loss stopped improving: smoothed loss ")
     assert "none 0.1% better in 150 iterations (patience); target_loss 1e-06 not reached" in result.stop_reason
+    # The best is a loss the job had, at the step it had it, and the job ran on 150 iterations after it (before a
+    # fix, the best stayed at inf from step 0: inf - 0.1% of inf is nan, and every job stopped at step 150).
+    best, at = re.search(r"best ([0-9.]+) at step (\d+),", result.stop_reason).groups()
+    assert 0 < float(best) < 0.7 and int(at) >= 1 and result.iterations >= int(at) + 150
     assert _rows(db_path, "select status, stop_reason from jobs") == [("stopped", result.stop_reason)]
 
 

@@ -190,7 +190,7 @@ class TrainingState:
             raise Stop("stopped", f"max_steps ({self.max_steps}) reached")
         if self.patience is None or not self.smoothed.ready:
             return
-        if smoothed < self._best_loss - PATIENCE_MIN_IMPROVEMENT * abs(self._best_loss):
+        if math.isinf(self._best_loss) or smoothed < self._best_loss - PATIENCE_MIN_IMPROVEMENT * abs(self._best_loss):
             self._best_loss, self._best_step = smoothed, self.step
         elif self.step - self._best_step >= self.patience:
             raise Stop("stopped", f"the loss stopped improving: smoothed loss {smoothed:.4g}, best "
