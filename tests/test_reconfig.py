@@ -365,3 +365,20 @@ def test_odmr_creates_moved_partitions_at_their_first_use_and_releases_the_old_c
     assert seen["before the release"] == [True] * 10  # the first step created them; the old copies still there
     assert seen["after"] == [True] * 5 + [False] * 5  # old copies released
     assert seen["graphs"] == [None]  # the workers went on to the steady-state graph: no conditional
+
+
+def test_after_live_switches_in_async_mode_no_batch_is_read_twice(five_nodes, db_path):
+    """Asynchronous, workers 1 -> 3 -> 2 -> 1 -> 3, live: the old workers train on while the new input opens.
+
+    Every loss is the number of the one batch read (batches count down from 3,000). Each is read at most once:
+    the batches the old workers read while the new shards open are ones the new shards do not start from.
+    """
+    schedule = [(40, {"worker": 3}), (120, {"worker": 2}), (200, {"worker": 1}), (280, {"worker": 3})]
+    result = CountdownJob().run(setting={"ps": 1, "worker": 1}, db=db_path, cluster=five_nodes, mode="async",
+                                max_steps=400, quiet=True, schedule=schedule)
+    assert result.iterations == 400
+    conn = sqlite3.connect(db_path)
+    assert len(conn.execute("select step from reconfigurations").fetchall()) == 4
+    read = [loss for (loss,) in conn.execute("select loss from iterations order by step")]
+    twice = sorted({b for b in read if read.count(b) > 1})
+    assert not twice, f"{len(twice)} batches read twice, e.g. {twice[:5]}"

@@ -109,11 +109,18 @@ class TrainingState:
         # A switch's first iterations on the new setting, to time it; and iterations per round of its workers.
         self.switch_points: list[tuple[int, float, float]] = []
         self.switch_workers = 1
-        # Where the input is: batches read since it was last opened; whether a switch opens it now; the
-        # setting whose steps in flight a switch counted as read.
+        # Where the input is. Synchronous: the batches read since it was last opened. Asynchronous: the steps
+        # each worker started since then (each reads the next batch of its shard). Whether a switch opens it
+        # now, and the setting whose steps a switch counted as read.
         self._read = 0
+        self._started: dict[int, int] = {}
         self._opening = False
         self._counted_generation = -1
+        # While a live switch opens the new input: the steps each old worker may still start, and those it
+        # started. A worker that would start one more waits for the publish (``_published``).
+        self._allowance: int | None = None
+        self._spent: dict[int, int] = {}
+        self._published = threading.Condition(self.lock)
 
     @property
     def setting(self) -> dict[str, Any]:
@@ -130,9 +137,14 @@ class TrainingState:
         """Worker ``rank``'s next step and its generation; None when the setting has no such worker (then
         ``gone`` is called, under the lock)."""
         with self.lock:
+            while self._opening and self._allowance is not None and self._spent.get(rank, 0) >= self._allowance \
+                    and not self.stopped.is_set():
+                self._published.wait(0.05)  # this worker's allowance is spent: its next batch is the new input's
             if rank >= len(self.steps):
                 gone()
                 return None
+            counts = self._spent if self._opening else self._started
+            counts[rank] = counts.get(rank, 0) + 1
             self.on[rank] = self.version
             return self.steps[rank], self.generation
 
@@ -166,8 +178,8 @@ class TrainingState:
                 self.first_iteration_at = now
             smoothed = self.smoothed.add(loss)
             late = generation != self.generation
-            if not (self._opening or late and generation == self._counted_generation):  # (else counted already)
-                self._read += len(self.steps) if self.sync else 1
+            if self.sync and not (self._opening or late and generation == self._counted_generation):
+                self._read += len(self.steps)  # (asynchronous workers count the steps they start: step_for)
             if late:
                 setting_id, segment = self._late_as
             else:
@@ -230,7 +242,8 @@ class TrainingState:
             self._stepped_in_generation = False
             self.switch_points = []
             self.switch_workers = 1 if self.sync else len(steps)
-            self._opening = False
+            self._opening, self._allowance, self._spent, self._started = False, None, {}, {}
+            self._published.notify_all()
             self.warmup = len(steps)
             started = self._start_segment()
             self.goal = None
@@ -251,16 +264,29 @@ class TrainingState:
         with self.lock:
             return all(v == self.version for v in self.on.values()) and (self._stepped_in_generation or not stepped)
 
-    def batches_read(self) -> int:
-        """The batches read since the input was last opened; the input is being opened again.
+    def batches_read(self, allowance: int = 0) -> int:
+        """How far the input moved since it was last opened, in batches of the round-robin order; the input
+        is being opened again, after them.
 
-        A live switch counts each running worker's step in flight as read
-        too; a step the old setting's workers start while the new input opens
-        reads a batch the new shards may read again (README, "Online
+        Synchronous workers read side by side: the batches read. Asynchronous
+        ones do not: with ``n`` workers, worker ``r``'s ``k``-th batch is
+        batch ``r + n k``, and a fast worker reads far ahead of a slow one.
+        So the input moves past the furthest worker's batches, ``n`` times
+        the most steps a worker started (a step in flight counts), and the
+        slower workers' batches short of it are passed over, never read.
+
+        A live switch's old workers train on while the new input opens: each
+        may start ``allowance`` more steps, and the input moves past those
+        too, so the new shards do not read their batches again. A worker
+        that would start one more waits for the new setting (README, "Online
         reconfiguration").
         """
         with self.lock:
-            read = self._read + (0 if self.sync else len(self.on))
+            if self.sync:
+                read = self._read
+            else:
+                read = len(self.steps) * (max(self._started.values(), default=0) + allowance)
+            self._allowance, self._spent, self._started = allowance, {}, {}
             self._read = 0
             self._opening = True
             self._counted_generation = self.generation

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,10 @@ logger = logging.getLogger("tfonline")
 
 # A switch that has not finished after this long fails the job (a switch takes seconds at most).
 SWITCH_TIMEOUT_S = 120.0
+# A live switch's old workers may train on for this many times the last live switch's time to open (1 s
+# before the first, at most OPENING_CAP_S), and at most MAX_ALLOWANCE steps each: the batches they may read
+# then, the new input passes over (read or not), so the allowance bounds the data a switch passes over.
+OPENING_MARGIN, FIRST_OPENING_S, OPENING_CAP_S, MAX_ALLOWANCE = 1.5, 1.0, 30.0, 64
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,7 @@ class Switcher:
         self.state, self.workers, self.backend, self.cluster = state, workers, backend, cluster
         self.recorder, self.knobs = recorder, knobs
         self.made: _Made | None = None  # the last switch, until its cost is recorded
+        self.opening_s = FIRST_OPENING_S  # how long the last live switch took to open the new setting
         self.observed: SegmentRun | None = None  # the old setting's last points, for the tuner after a switch
 
     def live(self, new: dict[str, Any], how: Plan) -> bool:
@@ -79,8 +85,14 @@ class Switcher:
                 while not state.settled():  # a step from before the last switch is still running
                     time.sleep(0.01)
                 self.settle()
-            context = SwitchContext(workers_running=self.workers.running, batches_read=state.batches_read)
+            live = self.live(new, how)
+            allowance = self.allowance(origin[2]) if live else 0
+            context = SwitchContext(workers_running=self.workers.running,
+                                    batches_read=lambda: state.batches_read(allowance))
+            opening = time.monotonic()
             switched = self.backend.apply(old, new, how, context)
+            if live:
+                self.opening_s = min(time.monotonic() - opening, OPENING_CAP_S)
             self.recorder.setting(new)
             # A live switch's new workers start at the publish; after a pause, all of them.
             self.observed = state.publish(new, switched.steps, switched.apply, observe, then=self.workers.start_locked)
@@ -88,6 +100,18 @@ class Switcher:
                               tuple(sorted(switch_parts(self.knobs, old, new))))
 
         self.watched(switch, f"the switch from {short_form(old)} to {short_form(new)} at step {state.step}")
+
+    def allowance(self, pace_s: float | None) -> int:
+        """The steps each of a live switch's old workers may still start while the new setting opens: as
+        many as it runs (the job's pace is ``pace_s`` per iteration) in :data:`OPENING_MARGIN` times the last
+        opening's time, at least 1 and at most :data:`MAX_ALLOWANCE`. The new input starts after their
+        batches (:meth:`TrainingState.batches_read`); a worker that would start one more waits for the new
+        setting."""
+        if not pace_s or pace_s <= 0:
+            return 1
+        # pace_s is the job's: each of the n workers starts a step every n * pace_s
+        per_worker_s = pace_s * len(self.state.steps)
+        return max(1, min(MAX_ALLOWANCE, math.ceil(OPENING_MARGIN * self.opening_s / per_worker_s)))
 
     def settle(self) -> None:
         """Ends a switch's transition (:meth:`Reconfig.settle`): the workers go on to the steps it hands over."""
