@@ -1,13 +1,11 @@
-"""A dense network on a teacher network's labels: the workload where asynchronous staleness matters.
+"""A small dense network on a teacher network's labels.
 
     python examples/mlp.py [--db runs.db] [--ps 1 --worker 2] [--mode async|sync] [--tune]
 
 The data is generated (``tfonline.data.teacher_dataset``): 32-dimensional
 Gaussian inputs labelled by a fixed random network. The model is small and
-dense, so one iteration costs little besides its communication and each
-extra asynchronous worker adds a gradient computed on parameters one more
-update old. With momentum, those stale gradients cost iterations: more
-workers run more iterations per second but need more of them.
+dense, so one iteration costs little besides its communication: the
+number of workers and parameter servers sets its pace.
 """
 
 from __future__ import annotations
