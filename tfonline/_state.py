@@ -242,7 +242,12 @@ class TrainingState:
             self._stepped_in_generation = False
             self.switch_points = []
             self.switch_workers = 1 if self.sync else len(steps)
-            self._opening, self._allowance, self._spent, self._started = False, None, {}, {}
+            if self._opening:  # the switch opened the input again: its count starts anew
+                # The old workers' steps while it opened may have read from it (the same shared iterators,
+                # when the worker count stays). They count against it: at worst their batches are passed
+                # over by a later switch, never read again.
+                self._started, self._spent = self._spent, {}
+            self._opening, self._allowance = False, None
             self._published.notify_all()
             self.warmup = len(steps)
             started = self._start_segment()
