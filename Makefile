@@ -34,7 +34,8 @@ browser:
 test: install browser
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
 
-# The paper's evaluation on this machine (benchmarks/paper.py): results in benchmarks/results/<date>-<mode>.{md,json}
+# The paper's evaluation on this machine (benchmarks/paper.py): quick about 35 min, full many hours;
+# results and figures in benchmarks/results/<date>-<mode>.{md,json,png}
 bench: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick
 

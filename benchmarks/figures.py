@@ -6,7 +6,7 @@
 - ``<stem>-loss-<workload>.png``: the smoothed loss against the wall time
   since ``run()`` was called (start-up included) for tfonline's first tuned
   run, the best fixed setting, and the fixed setting whose completion time
-  is nearest the average, with the target as a dashed line. A simulated
+  is nearest the average, with the target as a dashed line (log scale). A simulated
   workload has no such figure: its fixed runs keep no iterations.
 
     python benchmarks/figures.py benchmarks/results/<date>-<mode>.json   # redraw from a finished run
@@ -84,7 +84,8 @@ def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: s
     if target is not None:
         ax.axhline(target, color="0.3", linestyle="--", linewidth=0.8, label=f"target {target:g}")
     ax.set_xlabel("wall time since run(), s")
-    ax.set_ylabel("smoothed loss")
+    ax.set_yscale("log")  # the approach to the target is what tells the settings apart
+    ax.set_ylabel("smoothed loss (log scale)")
     ax.set_title(f"{name}: loss against wall time", fontsize=11)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

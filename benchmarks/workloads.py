@@ -18,8 +18,9 @@ a minute or more at the best setting measured here:
   workers dominate its pace.
 
 Where asynchronous staleness matters: the CNN, with momentum. In the
-first sized run (2026-11-24), settings with one worker reached its target
-in 1,370-1,380 iterations, with three workers in about 2,200. On the MLP at
+first sized run (2026-11-24, target 0.06), settings with one worker reached
+it in 1,370-1,380 iterations, with three workers in 2,223; at 0.045 the
+gap is smaller (2,313-2,695 against 2,831 in the second run). On the MLP at
 this learning rate it hardly matters (6,413 iterations with one worker,
 6,468 with three); at a learning rate of 0.1 it does, but the loss then
 sits on a noise floor that a target can only cross by chance.
