@@ -52,9 +52,11 @@ class SwitchContext:
     Attributes:
         workers_running: whether worker threads still run steps (a live
             switch), so sessions set aside must wait before they close.
-        batches_read: counts the batches the workers read since the input
-            was last opened (and marks the input as being opened again);
-            called once, by a switch that re-opens the input.
+        batches_read: how far the input moved since it was last opened, in
+            batches of the round-robin order (past the furthest worker's
+            batch, and past those a live switch's old workers may still
+            read), and marks the input as being opened again; called once,
+            by a switch that re-opens the input.
     """
 
     workers_running: bool
