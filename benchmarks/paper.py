@@ -1,7 +1,7 @@
 """The paper's evaluation (§VI), reproduced on this machine with one command.
 
     python benchmarks/paper.py --mode smoke|quick|full [--workloads logr,cnn,mlp,paper-sim] [--out benchmarks/results]
-    make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (40-45 min)
+    make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (about 35 min)
     make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (many hours)
 
 The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
