@@ -198,17 +198,17 @@ def digits_dataset(
         raise ConfigurationError(f"shift and noise must be >= 0, got shift={shift!r}, noise={noise!r}")
     ds = tf.data.Dataset.from_tensor_slices((images, labels)).shard(num_shards, shard)
     ds = ds.shuffle(len(images) // num_shards + 1, seed=seed, reshuffle_each_iteration=True).repeat()
-    ds = ds.map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
-    if shift or noise:
-        side, channels = images.shape[1], images.shape[3]
+    if not (shift or noise):  # whole batches become floats: one op per batch
+        return ds.batch(batch_size).map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
+    side, channels = images.shape[1], images.shape[3]
 
-        def augment(x, y):
-            if shift:
-                padded = tf.pad(x, [[shift, shift], [shift, shift], [0, 0]])
-                x = tf.image.random_crop(padded, [side, side, channels])
-            if noise:
-                x = x + tf.random.normal(tf.shape(x), stddev=noise)
-            return x, y
+    def augment(x, y):  # each image on its own: its own shift and noise
+        x = tf.cast(x, tf.float32) / 255.0
+        if shift:
+            padded = tf.pad(x, [[shift, shift], [shift, shift], [0, 0]])
+            x = tf.image.random_crop(padded, [side, side, channels])
+        if noise:
+            x = x + tf.random.normal(tf.shape(x), stddev=noise)
+        return x, y
 
-        ds = ds.map(augment)
-    return ds.batch(batch_size)
+    return ds.map(augment).batch(batch_size)
