@@ -23,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from tfonline.report.plots import series  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 
 BARS = (("worst", "worst fixed", "#b2182b"), ("average", "average fixed", "#ef8a62"),
@@ -52,8 +53,7 @@ def _curve(db: str, job_id: str) -> tuple[list[float], list[float], float | None
     repo = Repository(db, create=False)
     try:
         job = repo.jobs(job_id)[0]
-        rows = list(repo.rows("select wall_time, smoothed_loss from iterations where job_id = ? and smoothed_loss "
-                              "is not null order by step", (job_id,)))
+        rows = [r for r in series(repo, job_id)["iterations"] if r["smoothed_loss"] is not None]
     finally:
         repo.db.conn.close()
     return [r["wall_time"] - job["started_at"] for r in rows], [r["smoothed_loss"] for r in rows], job["target_loss"]

@@ -19,7 +19,7 @@ from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
 from tfonline.timing import per_iteration_time
-from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds
+from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds, slope_columns
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
 from tfonline.setting import Knob
 from tfonline.reconfig import switch_parts
@@ -87,8 +87,7 @@ def test_a_manager_resumes_from_the_repository(tmp_path):
         repo.insert("triples", {"job_id": "j1", "segment": i, "setting_id": setting_key(t.setting),
                                 "loss_before": t.loss_before, "per_iteration_s": t.per_iteration_s,
                                 "remaining_iterations": t.remaining_iterations, "remaining_s": t.remaining_s,
-                                **({"slope_loss": t.slope.loss_mid, "slope": t.slope.slope,
-                                    "slope_se": t.slope.slope_se} if t.slope is not None else {})})
+                                **slope_columns(t.slope)})
     repo.flush()
     history = load_triples(repo, "Sim", space)
     assert len(history) == sum(t.usable for t in first.triples) and all(isinstance(t, Triple) for t in history)

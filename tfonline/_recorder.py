@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from tfonline.repository import Repository
 from tfonline.setting import setting_key, short_form
+from tfonline.tuner.convergence import slope_columns
 
 
 class Recorder:
@@ -103,9 +104,7 @@ class Recorder:
             "loss_before": triple.loss_before, "per_iteration_s": triple.per_iteration_s,
             "remaining_iterations": triple.remaining_iterations, "remaining_s": triple.remaining_s,
             "estimator": estimator, "reason": triple.reason,
-            "slope_loss": triple.slope.loss_mid if triple.slope is not None else None,
-            "slope": triple.slope.slope if triple.slope is not None else None,
-            "slope_se": triple.slope.slope_se if triple.slope is not None else None,
+            **slope_columns(triple.slope),
         }, replace=True)
 
     def decision(self, decision, step: int, loss: float) -> None:

@@ -116,9 +116,10 @@ class TrainingState:
         self._started: dict[int, int] = {}
         self._opening = False
         self._counted_generation = -1
-        # While a live switch opens the new input: the steps each old worker may still start, and those it
-        # started. A worker that would start one more waits for the publish (``_published``).
-        self._allowance: int | None = None
+        # While a switch opens the new input (``_opening``): the steps each old worker may still start (0 for
+        # a switch that pauses them), and those it started. A worker that would start one more waits for the
+        # publish (``_published``).
+        self._allowance = 0
         self._spent: dict[int, int] = {}
         self._published = threading.Condition(self.lock)
 
@@ -137,8 +138,7 @@ class TrainingState:
         """Worker ``rank``'s next step and its generation; None when the setting has no such worker (then
         ``gone`` is called, under the lock)."""
         with self.lock:
-            while self._opening and self._allowance is not None and self._spent.get(rank, 0) >= self._allowance \
-                    and not self.stopped.is_set():
+            while self._opening and self._spent.get(rank, 0) >= self._allowance and not self.stopped.is_set():
                 self._published.wait(0.05)  # this worker's allowance is spent: its next batch is the new input's
             if rank >= len(self.steps):
                 gone()
@@ -247,7 +247,7 @@ class TrainingState:
                 # when the worker count stays). They count against it: at worst their batches are passed
                 # over by a later switch, never read again.
                 self._started, self._spent = self._spent, {}
-            self._opening, self._allowance = False, None
+            self._opening = False
             self._published.notify_all()
             self.warmup = len(steps)
             started = self._start_segment()

@@ -24,6 +24,12 @@ def _true_weight(index):
     return 2.0 * (x - tf.floor(x)) - 1.0
 
 
+def _batch_numbers(shard: int, num_shards: int, num_batches: int | None = None) -> tf.data.Dataset:
+    """This worker's batch numbers, round-robin (batch ``b`` to worker ``b mod num_shards``); a generated
+    batch is a function of its number, so it is the same whichever worker reads it. None: endless."""
+    return tf.data.Dataset.range(2**62 if num_batches is None else num_batches).shard(num_shards, shard)
+
+
 def hashed_sparse_dataset(
     shard: int,
     num_shards: int,
@@ -51,8 +57,7 @@ def hashed_sparse_dataset(
     if hash_bits < 1 or hash_bits > 30:
         raise ConfigurationError(f"hash_bits must be in [1, 30], got {hash_bits}")
     size = 1 << hash_bits
-    batches = tf.data.Dataset.range(num_batches) if num_batches is not None else tf.data.Dataset.range(2**62)
-    batches = batches.shard(num_shards, shard)
+    batches = _batch_numbers(shard, num_shards, num_batches)
 
     def make(b):
         u = tf.random.stateless_uniform([batch_size, fields], seed=tf.stack([b, tf.constant(seed, tf.int64)]))
@@ -93,7 +98,7 @@ def teacher_dataset(
     rng = np.random.default_rng(seed)
     w1 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(dim), (dim, hidden)), tf.float32)
     w2 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(hidden), (hidden, classes)) * 3.0, tf.float32)
-    batches = tf.data.Dataset.range(2**62).shard(num_shards, shard)
+    batches = _batch_numbers(shard, num_shards)
 
     def make(b):
         x = tf.random.stateless_normal([batch_size, dim], seed=tf.stack([b, tf.constant(seed, tf.int64)]))

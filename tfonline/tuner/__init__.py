@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline.setting import Knob
-from tfonline.tuner.convergence import SegmentSlope
+from tfonline.tuner.convergence import slope_from_columns
 from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
 from tfonline.tuner.space import KnobSpace
 
@@ -81,8 +81,6 @@ def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:
         setting = json.loads(row["knobs"])
         if not space.contains(setting) or not math.isfinite(row["loss_before"]):
             continue
-        slope = (SegmentSlope(row["slope_loss"], row["slope"], row["slope_se"])
-                 if None not in (row["slope_loss"], row["slope"], row["slope_se"]) else None)
         triples.append(Triple(setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"],
-                              row["remaining_s"], slope=slope))
+                              row["remaining_s"], slope=slope_from_columns(row)))
     return triples

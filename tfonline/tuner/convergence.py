@@ -98,6 +98,22 @@ class SegmentSlope:
     slope_se: float
 
 
+# The repository's triples columns that keep a segment's SegmentSlope (schema v5).
+SLOPE_COLUMNS = ("slope_loss", "slope", "slope_se")
+
+
+def slope_columns(slope: SegmentSlope | None) -> dict[str, float | None]:
+    """``slope`` as the triples table's columns (all None without one)."""
+    values = (None, None, None) if slope is None else (slope.loss_mid, slope.slope, slope.slope_se)
+    return dict(zip(SLOPE_COLUMNS, values))
+
+
+def slope_from_columns(row) -> SegmentSlope | None:
+    """The SegmentSlope a triples row keeps, or None (a row written before schema v5)."""
+    values = [row[name] for name in SLOPE_COLUMNS]
+    return None if None in values else SegmentSlope(*values)
+
+
 # The knobs a setting's convergence speed depends on, besides the user's own (rule 2).
 SPEED_KNOBS = ("worker",)
 
