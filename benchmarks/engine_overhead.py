@@ -30,7 +30,7 @@ sys.path[:0] = [os.path.join(HERE, "..", "examples"), os.path.join(HERE, "..")]
 import tfonline  # noqa: E402
 from tfonline import _graph  # noqa: E402
 from tfonline._calls import run_retrying_aborts  # noqa: E402
-from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, partition_count_for  # noqa: E402
+from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES  # noqa: E402
 from tfonline.cluster import LocalCluster  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 
@@ -87,8 +87,8 @@ def pace(walls: list[float]) -> float:
 def plain(job, cluster: LocalCluster, ps: int, workers: int, steps: int, partitions: int = 0) -> float:
     """Plain between-graph asynchronous training: one graph, thread and session per worker.
 
-    With ``partitions``, large variables are cut into that many row blocks by tfonline's own rule (what
-    tfonline does so that a ps change moves blocks): to see what partitioning alone costs.
+    With ``partitions``, large variables are cut into that many row blocks by tfonline's own rule: to see what
+    a finer cut than one block per ps node costs (why tfonline cuts again at a ps change instead).
     """
     rule = _graph.PartitioningRule(partitions, DEFAULT_PARTITION_MIN_BYTES) if partitions else None
     graphs, sessions, fetches = [], [], []
@@ -156,13 +156,12 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", default="mlp,logr,cnn")
     parser.add_argument("--ps", type=int, default=1)
     parser.add_argument("--worker", type=int, default=3)
-    parser.add_argument("--partitioned", action="store_true",
-                        help="also run the plain loop with tfonline's partitioning of large variables")
+    parser.add_argument("--blocks", type=int, default=0,
+                        help="also run the plain loop with large variables cut into this many row blocks")
     args = parser.parse_args(argv)
     folder = tempfile.mkdtemp(prefix="tfonline-overhead-")
     print(f"{'job':6} {'plain ms/it':>12} {'tfonline ms/it':>15} {'ratio':>7}  target <= {TARGET}x"
-          + ("   plain, partitioned ms/it" if args.partitioned else ""))
-    count = partition_count_for(args.ps + args.worker)
+          + (f"   plain, {args.blocks} blocks ms/it" if args.blocks else ""))
     with LocalCluster(args.ps + args.worker) as cluster:
         for name in args.jobs.split(","):
             job = make_job(name)
@@ -171,8 +170,9 @@ def main(argv=None) -> int:
                 runs = [lambda: theirs.append(plain(job, cluster, args.ps, args.worker, args.steps)),
                         lambda: ours.append(fixed(job, cluster, args.ps, args.worker, args.steps,
                                                       os.path.join(folder, f"{name}.db")))]
-                if args.partitioned:
-                    runs.append(lambda: cut.append(plain(job, cluster, args.ps, args.worker, args.steps, count)))
+                if args.blocks:
+                    runs.append(lambda: cut.append(plain(job, cluster, args.ps, args.worker, args.steps,
+                                                         args.blocks)))
                 for run in runs if pair % 2 == 0 else runs[::-1]:
                     run()
             a, b = statistics.median(theirs), statistics.median(ours)

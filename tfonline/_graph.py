@@ -6,9 +6,10 @@ every worker gets its own ``tf.Graph`` with one call of the user's
 the graphs name the same variables, so they share them on the servers.
 
 Variables created in ``model_fn`` are intercepted twice: a variable-scope
-*partitioner* cuts large ``get_variable`` variables into P row blocks, and a
-*variable creator* puts each created variable (whole, or one block) on the
-ps node the placement map gives it. Users write ordinary TF code.
+*partitioner* cuts large ``get_variable`` variables into one row block per
+ps node (named after the cut, see :func:`tfonline.placement.block_name`),
+and a *variable creator* puts each created variable (whole, or one block)
+on the ps node the placement map gives it. Users write ordinary TF code.
 
 Everything a job creates lives in one resource container, so a job's state
 can be dropped from long-lived servers without touching other jobs.
@@ -24,7 +25,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfonline.exceptions import JobDefinitionError
-from tfonline.placement import Partition, shards_for
+from tfonline.placement import Partition, block_name, row_ranges, shards_for
 
 GLOBAL_STEP_NAME = "tfonline_global_step"
 ODMR_LOCK_NAME = "tfonline_odmr_lock"  # one per destination node, in the job's container
@@ -69,7 +70,14 @@ class PartitioningRule:
             dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)
             if self(shape, dtype)[0] > 1:
                 kwargs["partitioner"] = self
+                with tf.compat.v1.variable_creator_scope(self._name_block):
+                    return getter(name, *args, **kwargs)
         return getter(name, *args, **kwargs)
+
+    def _name_block(self, next_creator, **kwargs):
+        """Names each block after the cut (innermost creator: the placing creator sees the new name)."""
+        kwargs["name"] = block_name(kwargs["name"], self.partition_count)
+        return next_creator(**kwargs)
 
 
 @dataclass
@@ -293,46 +301,82 @@ def build_worker_graph(
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
         restore_feeds, restore_ops, probe_op = _driver_ops(variables, worker_node)
         # The checkpoint-restart baseline's saver: each ps node writes its own variables.
-        checkpoint = tf.compat.v1.train.Saver(variables, sharded=True) if saver else None
+        # A list, not a dict, so that a large variable's blocks are saved as slices of it (TensorFlow's
+        # SaveSliceInfo) and restore into another cut; the sync accumulators are zero between steps.
+        checkpoint = tf.compat.v1.train.Saver(
+            [v for name, v in variables.items() if not name.endswith("/sync_accumulator")], sharded=True,
+        ) if saver else None
         ensure_op = _lazy_creation(lazy_moves, variables, container) if lazy_moves else None
     graph.finalize()
     return WorkerGraph(
         graph, worker_node, loss, train_op, apply_op, init_op, local_init_op, global_step, model_variables,
         variables, restore_feeds, restore_ops, probe_op, skip, checkpoint, ensure_op,
-        tuple(sorted({m.source for m in lazy_moves or ()})),
+        tuple(sorted({source.device for m in lazy_moves or () for source in m.sources})),
     )
 
 
 @dataclass(frozen=True)
+class Source:
+    """A variable of the old setting that a moved variable's value comes from (all of it, or some rows)."""
+
+    name: str  # its resource's shared name in the job's container
+    shape: tuple[int, ...]
+    device: str
+    rows: tuple[int, int] | None = None  # [first, end) of its rows, when the new variable takes only those
+
+
+@dataclass(frozen=True)
 class Move:
-    """One variable that lives on another node under the new placement."""
+    """One variable that the new setting has where the old one has not: moved to another node, or cut anew."""
 
     name: str  # its resource's shared name in the job's container
     dtype: tf.DType
     shape: tuple[int, ...]
-    source: str  # device
     destination: str  # device
+    sources: tuple[Source, ...]  # its value is theirs (their rows), joined in order
 
     @property
     def nbytes(self) -> int:
         return math.prod(self.shape) * self.dtype.size
 
 
+def _shapes(graph: WorkerGraph) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(v.shape.as_list()) for name, v in graph.variables.items()}
+
+
 def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
-    """The variables of ``new`` that live on another device in ``old`` (the graphs of two layouts of one job)."""
-    return [
-        Move(name, variable.dtype.base_dtype, tuple(variable.shape.as_list()), old.variables[name].device,
-             variable.device)
-        for name, variable in new.variables.items()
-        if old.variables[name].device != variable.device
-    ]
+    """The variables of ``new`` (the graphs of two layouts of one job) not in ``old`` where ``new`` puts them.
+
+    A variable of both on another device comes from its old copy; a block
+    of a new cut (the ps count changed) from the rows of the old cut's
+    blocks that it covers.
+    """
+    old_blocks: dict[str, list[tuple[int, int, str]]] = {}
+    for name, (key, start, stop) in row_ranges(_shapes(old)).items():
+        old_blocks.setdefault(key, []).append((start, stop, name))
+    moves = []
+    for name, (key, start, stop) in row_ranges(_shapes(new)).items():
+        variable = new.variables[name]
+        if name in old.variables:
+            was = old.variables[name]
+            sources = () if was.device == variable.device else (Source(name, _shape(was), was.device),)
+        else:
+            sources = tuple(Source(n, _shape(old.variables[n]), old.variables[n].device,
+                                   (max(start, a) - a, min(stop, b) - a))
+                            for a, b, n in sorted(old_blocks[key]) if a < stop and b > start)
+        if sources:
+            moves.append(Move(name, variable.dtype.base_dtype, _shape(variable), variable.device, sources))
+    return moves
 
 
-def _handle(move: Move, device: str, container: str) -> tf.Tensor:
-    """A handle to ``move``'s variable on ``device``, by its shared name in the job's container."""
+def _shape(variable) -> tuple[int, ...]:
+    return tuple(variable.shape.as_list())
+
+
+def _handle(name: str, dtype: tf.DType, shape: tuple[int, ...], device: str, container: str) -> tf.Tensor:
+    """A handle to variable ``name`` on ``device``, by its shared name in the job's container."""
     with tf.device(device):
-        return tf.raw_ops.VarHandleOp(dtype=move.dtype, shape=move.shape, container=container,
-                                      shared_name=move.name)
+        return tf.raw_ops.VarHandleOp(dtype=dtype, shape=shape, container=container, shared_name=name)
 
 
 def _lock(node_device_: str, container: str) -> tf.Tensor:
@@ -360,13 +404,18 @@ def _lazy_creation(moves: list[Move], variables: dict[str, tf.Variable], contain
             lock = tf.raw_ops.MutexLock(mutex=_lock(device, container))
         creations = []
         for move in group:
-            destination = _handle(move, move.destination, container)
+            destination = _handle(move.name, move.dtype, move.shape, move.destination, container)
 
             def pull(move=move, destination=destination):
-                source = _handle(move, move.source, container)
-                with tf.device(move.source):
-                    value = tf.raw_ops.ReadVariableOp(resource=source, dtype=move.dtype)
+                parts = []
+                for source in move.sources:
+                    with tf.device(source.device):
+                        value = tf.raw_ops.ReadVariableOp(
+                            resource=_handle(source.name, move.dtype, source.shape, source.device, container),
+                            dtype=move.dtype)
+                        parts.append(value if source.rows is None else value[source.rows[0]:source.rows[1]])
                 with tf.device(move.destination):
+                    value = parts[0] if len(parts) == 1 else tf.concat(parts, axis=0)
                     return tf.group(tf.raw_ops.AssignVariableOp(resource=destination, value=value))
 
             with tf.device(device), tf.control_dependencies([lock]):
@@ -386,16 +435,18 @@ def _lazy_creation(moves: list[Move], variables: dict[str, tf.Variable], contain
     return ensure
 
 
-def build_release_graph(moves: list[Move], container: str) -> tuple[tf.Graph, tf.Operation]:
-    """A graph whose one op releases the old copies of moved variables (once they all live at their new nodes)
-    and the creation locks."""
+def build_release_graph(moves: list[Move], container: str, others: list[tuple[Source, tf.DType]] = ()
+                        ) -> tuple[tf.Graph, tf.Operation]:
+    """A graph whose one op releases the sources of moved variables (once they all live at their new nodes),
+    the creation locks, and ``others``: (variable, dtype) pairs the new setting no longer has."""
     graph = tf.Graph()
     with graph.as_default():
         released = []
-        for move in moves:
-            with tf.device(move.source):
+        for source, dtype in [(source, m.dtype) for m in moves for source in m.sources] + list(others):
+            with tf.device(source.device):
                 released.append(tf.raw_ops.DestroyResourceOp(
-                    resource=_handle(move, move.source, container), ignore_lookup_error=True))
+                    resource=_handle(source.name, dtype, source.shape, source.device, container),
+                    ignore_lookup_error=True))
         for device in sorted({move.destination for move in moves}):  # and the creation locks
             with tf.device(device):
                 released.append(tf.raw_ops.DestroyResourceOp(resource=_lock(device, container),

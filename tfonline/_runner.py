@@ -37,7 +37,7 @@ from tfonline._switcher import Switcher
 from tfonline._workers import Workers
 from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count
 from tfonline.exceptions import ConfigurationError, TfOnlineError
-from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement, partition_count_for
+from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
 from tfonline.reconfig.tensorflow import TensorFlowReconfig
 from tfonline.repository import Repository
 from tfonline.result import RunResult
@@ -138,8 +138,7 @@ class Runner:
             if self.tuning.schedule is not None:
                 self._schedule = Schedule(self.space, setting, self.tuning.schedule, self.reconfig)
         self.state.setting = setting
-        blocks = partition_count_for(node_count, None if self.tuning is not None else setting["ps"])
-        self.rule = _graph.PartitioningRule(blocks, DEFAULT_PARTITION_MIN_BYTES)
+        self.rule = _graph.PartitioningRule(setting["ps"], DEFAULT_PARTITION_MIN_BYTES)  # a block per ps node
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         return node_count, setting
 

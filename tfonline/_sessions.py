@@ -17,6 +17,7 @@ import tensorflow as tf
 from tfonline import _graph
 from tfonline._calls import close_all, for_each, node_of, threads_of, until_reachable
 from tfonline.cluster import Cluster
+from tfonline.placement import Partition, recut
 from tfonline.setting import session_config
 
 logger = logging.getLogger("tfonline")
@@ -24,6 +25,10 @@ logger = logging.getLogger("tfonline")
 
 class Engine:
     """Graphs, sessions and input of one job on ``cluster``.
+
+    The large variables are cut into one block per ps node of the layout
+    (``rule``, given for the first setting, says which are large; its
+    ``partitions`` are that cut's): another ps count is another cut.
 
     Attributes:
         graphs, sessions: what the workers train on now, one per worker.
@@ -37,7 +42,9 @@ class Engine:
 
     def __init__(self, job, cluster: Cluster, partitions, rule, container: str, *, sync: bool, seed: int,
                  saver: bool, extra_knobs: tuple = ()):
-        self.job, self.cluster, self.partitions, self.rule = job, cluster, partitions, rule
+        self.job, self.cluster = job, cluster
+        self._cuts: dict[int, tuple[_graph.PartitioningRule, list[Partition]]] = {
+            rule.partition_count: (rule, partitions)}
         self.container, self.sync, self.seed, self.saver, self.extra_knobs = container, sync, seed, saver, extra_knobs
         self.graphs: list[_graph.WorkerGraph] = []
         self.sessions: list[tf.compat.v1.Session] = []
@@ -49,6 +56,16 @@ class Engine:
         self.input_position = 0
         self._graphs_by_layout: dict[tuple, list[_graph.WorkerGraph]] = {}
 
+    def partitions_for(self, ps_count: int) -> list[Partition]:
+        """The partitions of the cut for ``ps_count`` ps nodes (found by building the model once, on no device)."""
+        return self._cut(ps_count)[1]
+
+    def _cut(self, ps_count: int) -> tuple[_graph.PartitioningRule, list[Partition]]:
+        if ps_count not in self._cuts:
+            rule = _graph.PartitioningRule(ps_count, next(iter(self._cuts.values()))[0].min_bytes)
+            self._cuts[ps_count] = rule, _graph.discover_partitions(self.job, rule, self.seed)
+        return self._cuts[ps_count]
+
     def graphs_for(self, setting, placement: list[int], lazy_moves: list[_graph.Move] | None = None
                    ) -> list[_graph.WorkerGraph]:
         """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each).
@@ -58,9 +75,10 @@ class Engine:
         layout = _graph.Layout.from_setting(setting)
         key = (layout, tuple(placement), tuple(m.name for m in lazy_moves or ()))
         if key not in self._graphs_by_layout:
+            rule, partitions = self._cut(setting["ps"])
             self._graphs_by_layout[key] = [
                 _graph.build_worker_graph(
-                    self.job, layout, rank, self.partitions, placement, self.rule, self.container, self.sync,
+                    self.job, layout, rank, partitions, placement, rule, self.container, self.sync,
                     self.seed, saver=self.saver, lazy_moves=lazy_moves,
                 )
                 for rank in range(len(layout.worker_nodes))
@@ -154,9 +172,10 @@ class Engine:
         return self.sessions[0].run(variables) if variables else {}
 
     def restore(self, values: dict[str, np.ndarray]) -> None:
-        """Assigns values read by the driver to the variables of the current graphs."""
+        """Assigns values read by the driver to the variables of the current graphs (cut as they are cut)."""
         if values:
             chief = self.graphs[0]
+            values = recut(values, {name: tuple(v.shape.as_list()) for name, v in chief.variables.items()})
             self.sessions[0].run([chief.restore_ops[name] for name in values],
                                  {chief.restore_feeds[name]: value for name, value in values.items()})
 

@@ -1,16 +1,28 @@
 """Where parameters live: logical partitions and their placement on ps nodes.
 
-Pure functions, no TensorFlow. Parameters are cut once, at job start, into
-logical partitions (a large variable into ``partition_count`` row blocks, a
-small one whole); a *placement map* then assigns each partition to one of
-the ps nodes so that bytes are balanced. A new ps count changes only the map,
-and :func:`relocate` changes it as little as it can.
+Pure functions, no TensorFlow. Parameters are cut into logical partitions:
+a large variable into one row block per ps node (``w/part_0_of_2`` and
+``w/part_1_of_2`` on two), a small one whole. A *placement map* assigns
+each partition to one of the ps nodes so that bytes are balanced. A new ps
+count cuts the large variables again (:func:`recut` says which rows of the
+old blocks each new one takes), and :func:`recut_placement` keeps every
+whole variable it can where it was.
+
+Why not one cut for the whole job, fine enough for every ps count (the
+paper's design)? Each block costs every step a gather and an update of its
+own: on LogR here, six blocks on one ps ran 2.19 ms per iteration against
+1.63 ms for one block (34% more); the MLP, 2.55 against 2.19 ms
+(``/tmp/dbg/blocks.py`` in NOTES.md). A re-cut moves all of a large
+variable's bytes once, lazily (ODMR); the finer cut costs its share every
+step of the job.
 """
 
 from __future__ import annotations
 
-import math
+import re
 from dataclasses import dataclass
+
+import numpy as np
 
 DEFAULT_PARTITION_MIN_BYTES = 256 * 1024
 
@@ -23,23 +35,6 @@ class Partition:
     shape: tuple[int, ...]
     dtype: str
     nbytes: int
-
-
-def partition_count_for(node_count: int, fixed_ps: int | None = None) -> int:
-    """P, the row blocks of a large variable, fixed per job.
-
-    A job that never switches (``fixed_ps``, its ps count) cuts it once per
-    ps node: its blocks never move. A job that may switch: a multiple of
-    every possible ps count when one is at most twice the largest (1, 2 and
-    6 blocks for at most 1, 2 and 3 ps nodes: any ps count then holds equal
-    shares), else twice the largest (loads within a block of even). Each block costs every step a gather and a sparse update
-    (about 0.13 ms on LogR here), so no more than that.
-    """
-    if fixed_ps is not None:
-        return fixed_ps
-    most = max(1, node_count - 1)
-    common = math.lcm(*range(1, most + 1))
-    return common if common <= 2 * most else 2 * most
 
 
 def shards_for(shape: tuple[int, ...], itemsize: int, partition_count: int, min_bytes: int) -> int:
@@ -124,3 +119,84 @@ def ps_loads(partitions: list[Partition], placement: list[int], ps_count: int) -
     for part, p in zip(partitions, placement):
         load[p] += part.nbytes
     return load
+
+
+# A block of a large variable, named after its cut: "w/part_1_of_2", or its optimizer slot "w/part_1_of_2/Adagrad".
+_BLOCK = re.compile(r"^(?P<base>.+)/part_(?P<index>\d+)_of_\d+(?P<rest>/.*)?$")
+
+
+def block_name(name: str, count: int) -> str:
+    """The name of block ``name`` (TensorFlow's ``w/part_0``) of a variable cut into ``count``: ``w/part_0_of_2``.
+
+    The count in the name lets the blocks of two cuts of one variable live
+    side by side in the job's container while a switch re-cuts it.
+    """
+    return f"{name}_of_{count}"
+
+
+def logical_name(name: str) -> tuple[str, int]:
+    """The variable ``name`` is a block of, and the block's index: ``("w/Adagrad", 1)`` for
+    ``w/part_1_of_2/Adagrad``; a whole variable is its own, block 0."""
+    match = _BLOCK.match(name)
+    if match is None:
+        return name, 0
+    return match["base"] + (match["rest"] or ""), int(match["index"])
+
+
+def row_ranges(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[str, int, int]]:
+    """For each variable (name -> shape): its logical variable and the rows of it that it holds.
+
+    A block's rows follow those of its lower-numbered blocks; a whole
+    variable holds all of its rows (a scalar, its one row).
+    """
+    blocks: dict[str, list[tuple[int, str]]] = {}
+    for name in shapes:
+        key, index = logical_name(name)
+        blocks.setdefault(key, []).append((index, name))
+    ranges = {}
+    for key, members in blocks.items():
+        start = 0
+        for _, name in sorted(members):
+            rows = shapes[name][0] if shapes[name] else 1
+            ranges[name] = (key, start, start + rows)
+            start += rows
+    return ranges
+
+
+def recut(values: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """The values of the variables ``shapes`` names (name -> shape), from ``values`` read under another cut.
+
+    A variable ``values`` holds by name keeps its value; a block of another
+    cut takes its rows of its logical variable, joined from the blocks
+    ``values`` holds. Variables whose logical variable ``values`` does not
+    hold are left out.
+
+    Raises:
+        ValueError: when ``values`` holds some blocks of a logical variable but not all of them.
+    """
+    read = row_ranges({name: np.shape(value) for name, value in values.items()})
+    joined: dict[str, list[tuple[int, str]]] = {}
+    for name, (key, start, _) in read.items():
+        joined.setdefault(key, []).append((start, name))
+    wanted = row_ranges(shapes)
+    rows = {}
+    for key, _, stop in wanted.values():
+        rows[key] = max(rows.get(key, 0), stop)
+    out = {}
+    for name, (key, start, stop) in wanted.items():
+        if name in values:
+            out[name] = values[name]
+        elif key in joined:
+            whole = np.concatenate([values[n] for _, n in sorted(joined[key])])
+            if len(whole) != rows[key]:
+                raise ValueError(f"{key} has {len(whole)} rows read, its blocks hold {rows[key]}")
+            out[name] = whole[start:stop]
+    return out
+
+
+def recut_placement(old: list[Partition], placement: list[int], new: list[Partition], ps_count: int) -> list[int]:
+    """The placement of ``new`` partitions (another cut of the partitions ``old``, placed by ``placement``) on
+    ``ps_count`` nodes: a partition of both stays where it was unless the balance needs it elsewhere, and
+    each new block goes where :func:`relocate` puts a partition that must move."""
+    where = {part.name: index for part, index in zip(old, placement)}
+    return relocate(new, [where.get(part.name, ps_count) for part in new], ps_count)

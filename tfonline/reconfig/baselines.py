@@ -42,7 +42,7 @@ def restart(engine: Engine, old: dict[str, Any], new: dict[str, Any], context: S
     marks.append(("closed sessions", time.monotonic()))
     engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
     marks.append(("node restarts", time.monotonic()))
-    steps, apply = engine.open(new, balanced_placement(engine.partitions, new["ps"]))
+    steps, apply = engine.open(new, balanced_placement(engine.partitions_for(new["ps"]), new["ps"]))
     marks.append(("new graphs and sessions", time.monotonic()))
     engine.restore(values)
     marks.append(("restored variables", time.monotonic()))
@@ -79,7 +79,7 @@ class Checkpoints:
         else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead
             self.reset_container()
         engine.forget_graphs()  # built anew, as a restarted job would
-        steps, apply = engine.open(new, balanced_placement(engine.partitions, new["ps"]))
+        steps, apply = engine.open(new, balanced_placement(engine.partitions_for(new["ps"]), new["ps"]))
         with engine.graphs[0].graph.as_default():
             engine.graphs[0].saver.restore(engine.sessions[0], path)
         shutil.rmtree(folder, ignore_errors=True)

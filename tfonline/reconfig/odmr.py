@@ -24,7 +24,7 @@ import tensorflow as tf
 from tfonline import _graph
 from tfonline._calls import close_all, node_of, threads_of
 from tfonline._sessions import Engine
-from tfonline.placement import relocate as relocate_placement
+from tfonline.placement import logical_name, recut_placement
 from tfonline.reconfig.backend import SwitchContext, Switched
 from tfonline.setting import short_form
 
@@ -63,20 +63,29 @@ def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepare
     use), and when no node restarts, the new sessions with their steps. At
     the switch there is then little left: start the input, swap.
     """
-    placement = (relocate_placement(engine.partitions, engine.placement, new["ps"]) if new["ps"] != old["ps"]
-                 else engine.placement)
+    placement = engine.placement
+    if new["ps"] != old["ps"]:  # another cut of the large variables
+        placement = recut_placement(engine.partitions_for(old["ps"]), placement, engine.partitions_for(new["ps"]),
+                                    new["ps"])
     steady = engine.graphs_for(new, placement)
-    restarted = engine.restarted_by(new)
-    # What lives on a restarting node is read and restored by the driver instead.
-    moves = [m for m in _graph.moves_between(engine.graphs[0], steady[0]) if node_of(m.source) not in restarted]
+    # What lives on a restarting node is read and restored by the driver instead (all of its variable).
+    driven = by_the_driver(engine, new)
+    moves = [m for m in _graph.moves_between(engine.graphs[0], steady[0]) if logical_name(m.name)[0] not in driven]
     transition = engine.graphs_for(new, placement, moves) if moves else None
     prepared = Prepared(dict(new), placement, moves, Opened(steady), Opened(transition) if moves else None)
-    if not restarted:
+    if not engine.restarted_by(new):
         for opened in (prepared.steady, prepared.transition):
             if opened is not None:
                 opened.sessions = [engine.session(wg, new) for wg in opened.graphs]
                 opened.steps, opened.apply = engine.make_steps(opened.sessions, opened.graphs)
     return prepared
+
+
+def by_the_driver(engine: Engine, new: dict[str, Any]) -> set[str]:
+    """The variables (logical names) a switch to ``new`` reads and restores by the driver: those with a block on
+    a node the switch restarts."""
+    restarted = engine.restarted_by(new)
+    return {logical_name(name)[0] for name, v in engine.graphs[0].variables.items() if node_of(v.device) in restarted}
 
 
 def relocate(engine: Engine, prepared: Prepared, old: dict[str, Any], new: dict[str, Any], technique: str,
@@ -85,8 +94,15 @@ def relocate(engine: Engine, prepared: Prepared, old: dict[str, Any], new: dict[
     old_chief = engine.graphs[0]
     marks = [("start", time.monotonic())]
     restarted = engine.restarted_by(new)
-    values = engine.read({name: v for name, v in old_chief.variables.items() if node_of(v.device) in restarted})
+    driven = by_the_driver(engine, new)
+    values = engine.read({name: v for name, v in old_chief.variables.items() if logical_name(name)[0] in driven})
     marks.append((f"read {len(values)} variables", time.monotonic()))
+    # Blocks of a cut the new setting does not have, on nodes that do not restart: released now (the workers
+    # are paused when a node restarts), or a later switch back to that cut would find them and keep them.
+    _release(engine, [], [(_graph.Source(name, tuple(v.shape.as_list()), v.device), v.dtype.base_dtype)
+                          for name, v in old_chief.variables.items()
+                          if name in values and name not in _new_variables(prepared)
+                          and node_of(v.device) not in restarted])
     engine.retire_sessions(context.workers_running)
     engine.advance_input(context.batches_read())
     engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
@@ -126,14 +142,27 @@ def settle(engine: Engine, prepared: Prepared, setting: dict[str, Any], swap: Ca
     engine.retired += engine.sessions
     engine.graphs, engine.sessions = steady.graphs, steady.sessions
     swap(steady.steps, steady.apply)
-    graph, op = _graph.build_release_graph(prepared.moves, engine.container)
-    nodes = {node_of(m.source) for m in prepared.moves} | {node_of(m.destination) for m in prepared.moves}
+    _release(engine, prepared.moves)
+    logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
+
+
+def _new_variables(prepared: Prepared) -> dict:
+    return (prepared.transition or prepared.steady).graphs[0].variables
+
+
+def _release(engine: Engine, moves: list, others: list = ()) -> None:
+    """Releases the sources of ``moves`` and their creation locks, and ``others`` (see
+    :func:`_graph.build_release_graph`), from the chief's node."""
+    if not moves and not others:
+        return
+    graph, op = _graph.build_release_graph(moves, engine.container, others)
+    nodes = {node_of(s.device) for m in moves for s in m.sources} | {node_of(m.destination) for m in moves}
+    nodes |= {node_of(source.device) for source, _ in others}
     nodes.add(engine.graphs[0].worker_node)
     config = tf.compat.v1.ConfigProto(device_filters=[f"/job:node/task:{n}" for n in sorted(nodes)])
     with tf.compat.v1.Session(engine.cluster.target(engine.graphs[0].worker_node), graph=graph,
                               config=config) as session:
         session.run(op)
-    logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
 
 
 def discard(prepared: Prepared | None) -> None:
