@@ -15,21 +15,29 @@ change needs them and recorded as, e.g., ``"odmr+tdr"``:
   process that has TensorFlow imported already (milliseconds, not the
   import's 4 s); what lived on a restarted ps node is read first and
   restored after.
-- **ODMR** (I-b). Parameters live in P logical partitions fixed at job
-  start; a new ps count changes only the placement map, and
-  :func:`tfonline.placement.relocate` moves as few partitions as keep the
-  bytes balanced. A partition that stays keeps living where it is: the
-  new layout's graphs name the same resource on the same node. Nothing is
-  copied at the switch: the workers resume on *transition graphs* in which
-  each moved variable (with its optimizer slots) is created on its new
-  node at its first use, from its old location, by a conditional that
-  does nothing once it exists; the first step's update then applies
-  there, and every later one is a normal update. Once every moved variable
-  lives at its new node, each worker goes on to the steady-state graphs
-  (no conditional) at its next iteration and the old copies are released.
+- **ODMR** (I-b). A large variable is cut into one row block per ps node
+  (small ones stay whole), so a new ps count is a new cut: its blocks are
+  named after it (``w/part_0_of_3``) and live beside the old ones while
+  the switch is made. The placement map keeps each whole variable where
+  it was unless the balance needs it elsewhere
+  (:func:`tfonline.placement.recut_placement`); a variable that stays is
+  the same resource on the same node for the new graphs. Nothing is
+  copied at the switch: the workers resume on *transition graphs* in
+  which each new block (with its optimizer slots) is created on its node
+  at its first use from its rows of the old blocks, and each whole
+  variable that moves from its old location, by a conditional that does
+  nothing once it exists; the first step's update then applies there,
+  and every later one is a normal update. Once every moved variable lives
+  at its new node, each worker goes on to the steady-state graphs (no
+  conditional) at its next iteration and the old copies are released.
   Each destination node's check-and-create runs under a lock on that node
   (TensorFlow's ``MutexLock``), so exactly one first step creates each
-  variable: a second creation would undo the first step's update.
+  variable: a second creation would undo the first step's update. The
+  paper cut once, at job start, finely enough for every ps count, so that
+  a ps change moves some blocks and copies none; but every block costs
+  every step a gather and an update (six blocks on one ps: LogR 34%
+  slower per iteration here), which a long job pays on every step, while
+  a new cut moves the variable once.
 - **TDR** (I-a, and a ps change, which moves the workers to other nodes).
   The input is re-sharded over the new workers. The guarantee, with
   ``input_fn(shard, num_shards)`` cutting the data round-robin (shard i
