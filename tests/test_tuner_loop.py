@@ -443,3 +443,25 @@ def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those
     assert Speeds([(1,)] * 4 + [(2,)] * 4, faint + clear, _BiasedCurve(), 1.0).keys == [(1,), (2,)]
     interleaved = [s for pair in zip(faint, clear) for s in pair]
     assert Speeds([(1,), (2,)] * 4, interleaved, _BiasedCurve(), 1.0).keys == [(2,)]
+
+
+def test_a_random_setting_is_left_for_the_best_setting_seen_when_the_mean_says_so():
+    """Worker counts only; the job starts on the best (3 workers) and draws 1 random setting, slower.
+
+    The first online decision goes back to 3 on every seed: by an exploit where the GP is sure, and by the
+    rule for random settings where it is not (a random setting was drawn, not chosen, so the best setting
+    seen needs only a mean gain above the switch's cost; before the rule, seed 4 stayed on 2 workers).
+    """
+    space = sim.space(ps=1, intra_op_parallelism_threads=sim.CORES, inter_op_parallelism_threads=2,
+                      global_jit_level="OFF")
+    reasons = []
+    for seed in range(6):
+        manager = TuningManager(space, space.start({"worker": 3}), 0.33, lambda: get_estimator("hogwild"),
+                                initial_iterations=40, random_settings=1, segment_iterations=40, min_segment_s=0,
+                                exploration_budget=None, seed=seed)
+        drawn, back = sim.SimulatedJob(seed, target_loss=0.305).drive(manager, 2)
+        assert drawn.phase == "random" and drawn.candidate["worker"] != 3
+        assert back.switch and back.candidate["worker"] == 3, back.reason
+        reasons.append(back.reason)
+    assert any(r.startswith("leave random setting 1: the best setting seen is predicted ") for r in reasons)
+    assert any(r.startswith("exploit ") for r in reasons)
