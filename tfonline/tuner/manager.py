@@ -55,6 +55,7 @@ from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
 from tfonline.tuner.convergence import SPEED_KNOBS, Reference, Speeds, segment_slope, speed_key
 from tfonline.tuner._records import CostModel, Decision, SegmentRun, Triple, loss_trend
+from tfonline.tuner.budget import ExplorationBudget
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
@@ -73,6 +74,7 @@ CONFIDENCE = 0.8
 # goes back to one (TuningManager.left_recently).
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
+BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
 # How many times longer than the first an online segment may grow while the
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
@@ -98,6 +100,23 @@ def check_options(initial_iterations, random_settings, segment_iterations, min_s
     if overhead_share is not None and (isinstance(overhead_share, bool) or not isinstance(overhead_share, (int, float))
                                        or not 0 < overhead_share <= 1):
         raise ConfigurationError(f"overhead_share must be a fraction > 0 and <= 1, or None, got {overhead_share!r}")
+
+
+def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
+            left_recently: Callable[[dict[str, Any]], bool]) -> list[tuple]:
+    """A suggestion's candidates that differ from ``current``: (name, prediction, EI or None, the switch's
+    parts, its estimated cost, whether the job left that setting recently)."""
+    names = ["s*", "s* with XLA held off"]
+    options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
+    if suggestion.best_known is not None:
+        options.append((BEST_SEEN, suggestion.best_known, None))
+    priced = []
+    for name, prediction, option_ei in options:
+        parts = switch_parts(knobs, current, prediction.setting)
+        if parts:
+            priced.append((name, prediction, option_ei, parts, costs.estimate(parts),
+                           left_recently(prediction.setting)))
+    return priced
 
 
 def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
@@ -192,9 +211,7 @@ class TuningManager:
         self.segment_iterations = segment_iterations
         self.min_segment_s = float(min_segment_s)
         self.exploration_budget = exploration_budget
-        self.exploration_spent_s = 0.0
-        self._charge_cost = False  # the switch being applied explores: its cost goes to the budget
-        self._explore_reference: float | None = None  # per-iteration time an exploring segment is measured against
+        self.budget = ExplorationBudget(exploration_budget)
         self._walls: list[float] = []  # the first and the latest wall time seen
         self._first_loss: float | None = None  # the loss before this run's first segment
         self.stretch = 1
@@ -248,7 +265,7 @@ class TuningManager:
         if self._first_loss is None:
             self._first_loss = triple.loss_before
         self.observe(run)
-        self._charge_lost_time(triple, run)
+        self.budget.segment_ended(triple.per_iteration_s, max(0, len(run.walls) - run.warmup - 1))
         decision = self._decide(run)
         decision = replace(decision, overhead_s=time.thread_time() - started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
@@ -431,16 +448,7 @@ class TuningManager:
             return suggested
         suggestion, iterations_left = suggested
         ei = suggestion.expected_improvement_s
-        names = ["s*", "s* with XLA held off", "the best setting seen"]
-        options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
-        if suggestion.best_known is not None:
-            options.append((names[2], suggestion.best_known, None))
-        priced = []
-        for name, prediction, option_ei in options:
-            parts = switch_parts(self.space.knobs, current, prediction.setting)
-            if parts:
-                priced.append((name, prediction, option_ei, parts, self.costs.estimate(parts),
-                               self.left_recently(prediction.setting)))
+        priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
         paying = [p for p in priced if p[1].gain_s > p[4]
                   and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)]
         if paying:
@@ -449,7 +457,7 @@ class TuningManager:
                                 f"exploit {name}{' (back to a setting left recently)' if back else ''}: predicted "
                                 f"gain {prediction.gain_s:.3g} s exceeds the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
-        back = [p for p in priced if leaving_random and p[0] == names[2] and p[1].gain_s > p[4]]
+        back = [p for p in priced if leaving_random and p[0] == BEST_SEEN and p[1].gain_s > p[4]]
         if back:
             _, prediction, _, parts, cost, _ = back[0]
             return self._switch(prediction, parts, cost, ei,
@@ -525,28 +533,18 @@ class TuningManager:
 
     # -- the exploration budget ------------------------------------------------
 
-    def exploration_left(self) -> float | None:
-        """Seconds the job may still spend exploring; None without a budget.
+    @property
+    def exploration_spent_s(self) -> float:
+        return self.budget.spent_s
 
-        The budget is :attr:`exploration_budget` × the job's estimated length
-        (its time so far + the latest R̂), re-estimated at every decision;
-        the spending is every exploratory switch's measured cost plus the
-        time its segment lost (or won: a credit) against the best setting
-        seen before it (:meth:`_charge_lost_time`). An estimator that
-        is low early (hogwild's R̂ was 3-5× low on LogR after the initial
-        phase) allows little at first; as the job outlives its estimate, its
-        time so far makes up for it.
-        """
-        if self.exploration_budget is None:
-            return None
+    def exploration_left(self) -> float | None:
+        """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
         usable = [t for t in self.triples if t.usable]
-        total = self.elapsed_s + (usable[-1].remaining_s if usable else 0.0)
-        return max(0.0, self.exploration_budget * total - self.exploration_spent_s)
+        return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
 
     def _explore(self) -> None:
         """The switch being decided explores: its cost, and its segment's time against the best setting seen, are charged."""
-        self._charge_cost = True
-        self._explore_reference = self.best_per_iteration_s()
+        self.budget.explore(self.best_per_iteration_s())
 
     def best_per_iteration_s(self) -> float | None:
         """The lowest mean time per iteration of any setting seen (each setting's mean over its segments)."""
@@ -556,21 +554,9 @@ class TuningManager:
                 times.setdefault(setting_key(t.setting), []).append(t.per_iteration_s)
         return min((float(np.mean(v)) for v in times.values()), default=None)
 
-    def _charge_lost_time(self, triple: Triple, run: SegmentRun) -> None:
-        """After an exploring segment: the time it lost against the best setting seen before it.
-
-        Negative when it found a faster setting: an exploration that pays
-        for itself leaves budget for the next.
-        """
-        reference, self._explore_reference = self._explore_reference, None
-        if reference is not None and triple.per_iteration_s is not None:
-            timed = max(0, len(run.walls) - run.warmup - 1)
-            self.exploration_spent_s += timed * (triple.per_iteration_s - reference)
-
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The measured cost of a switch the driver applied, and its parts (:attr:`Decision.parts`)."""
-        if parts and math.isfinite(cost_s):
+        measured = bool(parts) and math.isfinite(cost_s)
+        if measured:
             self.costs.record(parts, cost_s)
-            if self._charge_cost:
-                self.exploration_spent_s += cost_s
-        self._charge_cost = False
+        self.budget.switch_made(cost_s if measured else None)

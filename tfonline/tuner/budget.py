@@ -1,0 +1,50 @@
+"""The exploration budget of the tuning loop: what exploring may spend, and what it has spent."""
+
+from __future__ import annotations
+
+
+class ExplorationBudget:
+    """Exploring (random settings, and online switches made on EI alone) may spend ``fraction`` of the job's
+    estimated length; None: no budget.
+
+    The length is the job's time so far + the latest R̂, re-estimated at
+    every decision (:meth:`left`). The spending is every exploring switch's
+    measured cost plus the time its segment lost (or won: a credit) against
+    the best setting seen before it. An estimator that is low early
+    (hogwild's R̂ was 3-5× low on LogR after the initial phase) allows
+    little at first; as the job outlives its estimate, its time so far makes
+    up for it. One that is high early allows too much (the CNN benchmark's
+    first R̂ gave a 60-s job 75 s). The charge misses the way back, the
+    iterations trained while the next switch is prepared, and the warm-up
+    (NOTES.md, 2026-11-24).
+    """
+
+    def __init__(self, fraction: float | None):
+        self.fraction = fraction
+        self.spent_s = 0.0
+        self._charge_switch = False  # the switch being applied explores: its cost is charged
+        self._reference: float | None = None  # the per-iteration time an exploring segment is measured against
+
+    def left(self, estimated_length_s: float) -> float | None:
+        """Seconds the job may still spend exploring; None without a budget."""
+        if self.fraction is None:
+            return None
+        return max(0.0, self.fraction * estimated_length_s - self.spent_s)
+
+    def explore(self, reference_per_iteration_s: float | None) -> None:
+        """The switch being decided explores: its cost, and its segment's time against ``reference``, are charged."""
+        self._charge_switch = True
+        self._reference = reference_per_iteration_s
+
+    def segment_ended(self, per_iteration_s: float | None, timed_iterations: int) -> None:
+        """After a segment: if it explored, the time it lost against the reference (negative when it found a
+        faster setting: an exploration that pays for itself leaves budget for the next)."""
+        reference, self._reference = self._reference, None
+        if reference is not None and per_iteration_s is not None:
+            self.spent_s += timed_iterations * (per_iteration_s - reference)
+
+    def switch_made(self, cost_s: float | None) -> None:
+        """The measured cost of the switch just made (None: not measured), charged if it explored."""
+        if self._charge_switch and cost_s is not None:
+            self.spent_s += cost_s
+        self._charge_switch = False
