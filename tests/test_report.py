@@ -87,7 +87,7 @@ def test_the_text_report_explains_a_tuned_job(tuned_db, capsys):
     assert main(["report", db, "--job", tuned.job_id]) == 0
     out = capsys.readouterr().out
     assert out.count("\njob ") == 0 and out.startswith(f"job {tuned.job_id} (TunedLogR, async)")
-    assert "time in phases:  start-up " in out and " initial " in out and " online " in out
+    assert "time in phases:  start-up " in out and " initial " in out and " online " in out, out
     assert "settings compared (Table IV; * differs from the initial setting):" in out
     assert "\n    ps " in out and "\n    worker " in out and "initial" in out  # knob rows, the initial column
     assert "tuning overhead: " in out and "% of the job" in out

@@ -340,8 +340,9 @@ class Move:
         return math.prod(self.shape) * self.dtype.size
 
 
-def _shapes(graph: WorkerGraph) -> dict[str, tuple[int, ...]]:
-    return {name: tuple(v.shape.as_list()) for name, v in graph.variables.items()}
+def variable_shapes(graph: WorkerGraph) -> dict[str, tuple[int, ...]]:
+    """Every global variable of ``graph`` by name, with its shape."""
+    return {name: _shape(v) for name, v in graph.variables.items()}
 
 
 def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
@@ -352,10 +353,10 @@ def moves_between(old: WorkerGraph, new: WorkerGraph) -> list[Move]:
     blocks that it covers.
     """
     old_blocks: dict[str, list[tuple[int, int, str]]] = {}
-    for name, (key, start, stop) in row_ranges(_shapes(old)).items():
+    for name, (key, start, stop) in row_ranges(variable_shapes(old)).items():
         old_blocks.setdefault(key, []).append((start, stop, name))
     moves = []
-    for name, (key, start, stop) in row_ranges(_shapes(new)).items():
+    for name, (key, start, stop) in row_ranges(variable_shapes(new)).items():
         variable = new.variables[name]
         if name in old.variables:
             was = old.variables[name]

@@ -175,7 +175,7 @@ class Engine:
         """Assigns values read by the driver to the variables of the current graphs (cut as they are cut)."""
         if values:
             chief = self.graphs[0]
-            values = recut(values, {name: tuple(v.shape.as_list()) for name, v in chief.variables.items()})
+            values = recut(values, _graph.variable_shapes(chief))
             self.sessions[0].run([chief.restore_ops[name] for name in values],
                                  {chief.restore_feeds[name]: value for name, value in values.items()})
 
