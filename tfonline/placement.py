@@ -10,9 +10,10 @@ whole variable it can where it was.
 
 Why not one cut for the whole job, fine enough for every ps count (the
 paper's design)? Each block costs every step a gather and an update of its
-own: on LogR here, six blocks on one ps ran 2.19 ms per iteration against
-1.63 ms for one block (34% more); the MLP, 2.55 against 2.19 ms
-(``/tmp/dbg/blocks.py`` in NOTES.md). A re-cut moves all of a large
+own: on the benchmark's LogR here, six blocks on one ps ran 2.19 ms per
+iteration against 1.63 ms for one block (34% more); the MLP, 2.55 against
+2.19 ms (NOTES.md, 2026-11-24; ``benchmarks/engine_overhead.py --blocks 6``
+measures the same on a plain training loop). A re-cut moves all of a large
 variable's bytes once, lazily (ODMR); the finer cut costs its share every
 step of the job.
 """
