@@ -42,7 +42,7 @@ class Engine:
 
     def __init__(self, job, cluster: Cluster, partitions, rule, container: str, *, sync: bool, seed: int,
                  saver: bool, extra_knobs: tuple = ()):
-        self.job, self.cluster = job, cluster
+        self.job, self.cluster, self.min_bytes = job, cluster, rule.min_bytes
         self._cuts: dict[int, tuple[_graph.PartitioningRule, list[Partition]]] = {
             rule.partition_count: (rule, partitions)}
         self.container, self.sync, self.seed, self.saver, self.extra_knobs = container, sync, seed, saver, extra_knobs
@@ -62,7 +62,7 @@ class Engine:
 
     def _cut(self, ps_count: int) -> tuple[_graph.PartitioningRule, list[Partition]]:
         if ps_count not in self._cuts:
-            rule = _graph.PartitioningRule(ps_count, next(iter(self._cuts.values()))[0].min_bytes)
+            rule = _graph.PartitioningRule(ps_count, self.min_bytes)
             self._cuts[ps_count] = rule, _graph.discover_partitions(self.job, rule, self.seed)
         return self._cuts[ps_count]
 

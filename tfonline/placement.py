@@ -175,23 +175,24 @@ def recut(values: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> 
     Raises:
         ValueError: when ``values`` holds some blocks of a logical variable but not all of them.
     """
-    read = row_ranges({name: np.shape(value) for name, value in values.items()})
-    joined: dict[str, list[tuple[int, str]]] = {}
-    for name, (key, start, _) in read.items():
-        joined.setdefault(key, []).append((start, name))
+    read: dict[str, list[tuple[int, str]]] = {}
+    for name, (key, start, _) in row_ranges({name: np.shape(value) for name, value in values.items()}).items():
+        read.setdefault(key, []).append((start, name))
     wanted = row_ranges(shapes)
-    rows = {}
+    rows: dict[str, int] = {}
     for key, _, stop in wanted.values():
         rows[key] = max(rows.get(key, 0), stop)
+    whole: dict[str, np.ndarray] = {}  # each logical variable, joined once
     out = {}
     for name, (key, start, stop) in wanted.items():
         if name in values:
             out[name] = values[name]
-        elif key in joined:
-            whole = np.concatenate([values[n] for _, n in sorted(joined[key])])
-            if len(whole) != rows[key]:
-                raise ValueError(f"{key} has {len(whole)} rows read, its blocks hold {rows[key]}")
-            out[name] = whole[start:stop]
+        elif key in read:
+            if key not in whole:
+                whole[key] = np.concatenate([values[n] for _, n in sorted(read[key])])
+                if len(whole[key]) != rows[key]:
+                    raise ValueError(f"{key} has {len(whole[key])} rows read, its blocks hold {rows[key]}")
+            out[name] = whole[key][start:stop]
     return out
 
 

@@ -69,11 +69,12 @@ def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepare
                                     new["ps"])
     steady = engine.graphs_for(new, placement)
     # What lives on a restarting node is read and restored by the driver instead (all of its variable).
-    driven = by_the_driver(engine, new)
+    restarted = engine.restarted_by(new)
+    driven = by_the_driver(engine, restarted)
     moves = [m for m in _graph.moves_between(engine.graphs[0], steady[0]) if logical_name(m.name)[0] not in driven]
     transition = engine.graphs_for(new, placement, moves) if moves else None
     prepared = Prepared(dict(new), placement, moves, Opened(steady), Opened(transition) if moves else None)
-    if not engine.restarted_by(new):
+    if not restarted:
         for opened in (prepared.steady, prepared.transition):
             if opened is not None:
                 opened.sessions = [engine.session(wg, new) for wg in opened.graphs]
@@ -81,10 +82,9 @@ def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepare
     return prepared
 
 
-def by_the_driver(engine: Engine, new: dict[str, Any]) -> set[str]:
-    """The variables (logical names) a switch to ``new`` reads and restores by the driver: those with a block on
-    a node the switch restarts."""
-    restarted = engine.restarted_by(new)
+def by_the_driver(engine: Engine, restarted: set[int]) -> set[str]:
+    """The variables (logical names) a switch reads and restores by the driver: those with a block on a node it
+    restarts (``restarted``)."""
     return {logical_name(name)[0] for name, v in engine.graphs[0].variables.items() if node_of(v.device) in restarted}
 
 
@@ -94,20 +94,20 @@ def relocate(engine: Engine, prepared: Prepared, old: dict[str, Any], new: dict[
     old_chief = engine.graphs[0]
     marks = [("start", time.monotonic())]
     restarted = engine.restarted_by(new)
-    driven = by_the_driver(engine, new)
+    driven = by_the_driver(engine, restarted)
     values = engine.read({name: v for name, v in old_chief.variables.items() if logical_name(name)[0] in driven})
     marks.append((f"read {len(values)} variables", time.monotonic()))
     # Blocks of a cut the new setting does not have, on nodes that do not restart: released now (the workers
     # are paused when a node restarts), or a later switch back to that cut would find them and keep them.
+    first = prepared.transition or prepared.steady  # the graphs the workers resume on
+    kept = first.graphs[0].variables
     _release(engine, [], [(_graph.Source(name, tuple(v.shape.as_list()), v.device), v.dtype.base_dtype)
                           for name, v in old_chief.variables.items()
-                          if name in values and name not in _new_variables(prepared)
-                          and node_of(v.device) not in restarted])
+                          if name in values and name not in kept and node_of(v.device) not in restarted])
     engine.retire_sessions(context.workers_running)
     engine.advance_input(context.batches_read())
     engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
     marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
-    first = prepared.transition or prepared.steady
 
     def carry() -> None:
         marks.append(("sessions", time.monotonic()))
@@ -144,10 +144,6 @@ def settle(engine: Engine, prepared: Prepared, setting: dict[str, Any], swap: Ca
     swap(steady.steps, steady.apply)
     _release(engine, prepared.moves)
     logger.info("ODMR: %d moved variables live at their new nodes; old copies released", len(prepared.moves))
-
-
-def _new_variables(prepared: Prepared) -> dict:
-    return (prepared.transition or prepared.steady).graphs[0].variables
 
 
 def _release(engine: Engine, moves: list, others: list = ()) -> None:
