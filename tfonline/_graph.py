@@ -121,35 +121,43 @@ def _check_loss(loss: Any) -> None:
         )
 
 
-def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
-    dataset = job.input_fn(shard, num_shards)
+def check_dataset(dataset: Any, what: str) -> tf.data.Dataset:
+    """``dataset``, returned by the job's method ``what``, if it is a Dataset of (features, labels) pairs."""
     if not isinstance(dataset, tf.data.Dataset):
         raise JobDefinitionError(
-            f"input_fn must return a tf.data.Dataset of (features, labels), got {type(dataset).__name__}"
+            f"{what} must return a tf.data.Dataset of (features, labels), got {type(dataset).__name__}"
         )
+    element = dataset.element_spec
+    if not isinstance(element, (tuple, list)) or len(element) != 2:
+        if isinstance(element, (tuple, list)):
+            got = f"tuples of {len(element)}"
+        else:
+            got = "single tensors" if isinstance(element, tf.TensorSpec) else type(element).__name__
+        raise JobDefinitionError(f"{what}'s dataset must yield (features, labels) pairs, got {got}")
+    return dataset
+
+
+def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
+    dataset = check_dataset(job.input_fn(shard, num_shards), "input_fn")
     if skip is not None:
         dataset = dataset.skip(skip)
     # A shared name keeps the iterator, and its position, on the worker's
     # server across sessions: a session reopened with a new ConfigProto
     # reads on where the old one stopped.
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset, shared_name=shared_name)
-    element = iterator.get_next()
-    if not isinstance(element, (tuple, list)) or len(element) != 2:
-        if isinstance(element, (tuple, list)):
-            got = f"tuples of {len(element)}"
-        else:
-            got = "single tensors" if isinstance(element, tf.Tensor) else type(element).__name__
-        raise JobDefinitionError(f"input_fn's dataset must yield (features, labels) pairs, got {got}")
-    return iterator, element[0], element[1]
+    features, labels = iterator.get_next()
+    return iterator, features, labels
 
 
-def _model(job, features, labels, rule: PartitioningRule, creator):
+def build_model(job, features, labels, rule: PartitioningRule, creator, fn=None):
+    """``model_fn``'s loss (checked), or what ``fn`` returns, built with the cut's blocks and ``creator``."""
     scope = tf.compat.v1.get_variable_scope()
     with tf.compat.v1.variable_creator_scope(creator):
         with tf.compat.v1.variable_scope(scope, custom_getter=rule.custom_getter, use_resource=True):
-            loss = job.model_fn(features, labels)
-    _check_loss(loss)
-    return loss
+            out = (fn or job.model_fn)(features, labels)
+    if fn is None:
+        _check_loss(out)
+    return out
 
 
 def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) -> list[Partition]:
@@ -178,7 +186,7 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
         if seed is not None:
             tf.compat.v1.set_random_seed(seed)
         _, features, labels = _input(job, 0, 1)
-        loss = _model(job, features, labels, rule, recording_creator)
+        loss = build_model(job, features, labels, rule, recording_creator)
         if not created:
             raise JobDefinitionError("model_fn must create at least one variable to train, got none")
         optimizer = job.optimizer_fn()
@@ -288,7 +296,7 @@ def build_worker_graph(
             shared_name = f"{container}_input_{worker_rank}_of_{num_shards}"
             skip = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="input_skip")
             iterator, features, labels = _input(job, worker_rank, num_shards, shared_name, skip)
-            loss = _model(job, features, labels, rule, placing_creator)
+            loss = build_model(job, features, labels, rule, placing_creator)
             optimizer = job.optimizer_fn()
             grads_and_vars = _gradients(optimizer, loss)
             apply_op = None

@@ -136,3 +136,16 @@ class Recorder:
             "bytes_moved": bytes_moved, "cost_s": cost_s, "iterations_during": iterations_during,
             "wall_time": self.clock(),
         }, replace=True)
+
+    def model_dir(self, directory: str) -> None:
+        self.repo.update("jobs", self.job_id, {"model_dir": directory})
+
+    def checkpoint(self, *, step: int, path: str, kind: str, cost_s: float) -> None:
+        self.repo.insert("checkpoints", {"job_id": self.job_id, "step": step, "path": path, "kind": kind,
+                                         "cost_s": cost_s, "wall_time": self.clock()}, replace=True)
+
+    def evaluation(self, *, step: int, metrics: dict[str, float], cost_s: float) -> None:
+        at = self.clock()
+        for metric, value in metrics.items():
+            self.repo.insert("evaluations", {"job_id": self.job_id, "step": step, "metric": metric, "value": value,
+                                             "cost_s": cost_s, "wall_time": at}, replace=True)

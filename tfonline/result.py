@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # The loss stopped improving: no new best smoothed loss, better by this fraction, for `patience` iterations.
 DEFAULT_PATIENCE = 5000
@@ -21,3 +21,5 @@ class RunResult:
     time_to_first_iteration_s: float | None
     final_loss: float | None
     db: str
+    checkpoint: str | None = None  # the checkpoint written at the job's end (see tfonline.checkpoint)
+    metrics: dict[str, float] = field(default_factory=dict)  # on eval_input_fn's data at the end, if defined

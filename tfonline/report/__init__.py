@@ -45,6 +45,8 @@ JSON_SCHEMA = {
     "tuning_overhead_s": "float | null", "tuning_overhead_fraction": "float | null",
     "eta_accuracy": "[{fraction, step, estimator, estimated_remaining_s, actual_remaining_s, error}] "
                     "(empty unless the job converged with estimates)",
+    "checkpoints": "[{step, path, kind ('final' | 'periodic'), cost_s}]",
+    "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -193,9 +195,21 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "tuning_overhead_s": overhead,
         "tuning_overhead_fraction": overhead / completion if overhead is not None and completion else None,
         "eta_accuracy": _eta_accuracy(repo, job, end),
+        "checkpoints": list(repo.rows("select step, path, kind, cost_s from checkpoints where job_id = ? order by step",
+                                      (job_id,))),
+        "evaluations": _evaluations(repo, job_id),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
+
+
+def _evaluations(repo: Repository, job_id: str) -> list[dict[str, Any]]:
+    by_step: dict[int, dict[str, Any]] = {}
+    for row in repo.rows("select step, metric, value, cost_s from evaluations where job_id = ? order by step, metric",
+                         (job_id,)):
+        entry = by_step.setdefault(row["step"], {"step": row["step"], "metrics": {}, "cost_s": row["cost_s"]})
+        entry["metrics"][row["metric"]] = row["value"]
+    return list(by_step.values())
 
 
 def _fmt(value: Any, spec: str = ".4g", missing: str = "-") -> str:
@@ -224,10 +238,23 @@ def job_text(report: dict[str, Any]) -> str:
     lines.extend(_settings_lines(r["settings_table"]))
     lines.extend(_tuning_lines(r))
     lines.extend(_eta_lines(r))
+    lines.extend(_model_lines(r))
     if r["cluster_nodes"]:
         lines.append(f"  cluster:         {r['cluster_nodes']} nodes")
     lines.append(f"  host:            {r['host']}, TensorFlow {r['tf_version']}, Python {r['python']}")
     return "\n".join(lines)
+
+
+def _model_lines(r: dict[str, Any]) -> list[str]:
+    lines = []
+    for e in r["evaluations"]:
+        shown = ", ".join(f"{name} {value:.4g}" for name, value in e["metrics"].items())
+        lines.append(f"  evaluated:       {shown} (held-out data, step {e['step']}; took {_fmt(e['cost_s'], '.1f')} s)")
+    if r["checkpoints"]:
+        last = r["checkpoints"][-1]
+        lines.append(f"  model:           {last['path']} (step {last['step']}; "
+                     f"{len(r['checkpoints'])} checkpoint{'s' if len(r['checkpoints']) > 1 else ''} written)")
+    return lines
 
 
 def _segment_lines(segments: list[dict[str, Any]]) -> list[str]:
