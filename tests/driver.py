@@ -1,4 +1,5 @@
-"""A driver process for the process tests: a job that runs until it is stopped (or for argv[2] steps)."""
+"""A driver process for the process tests: a job that runs until it is stopped (or for argv[2] steps), with a
+checkpoint every argv[3] seconds (default: run()'s)."""
 
 import faulthandler
 import signal
@@ -15,4 +16,5 @@ job = TinyLogR()
 job.target_loss = 1e-6  # never reached: the test stops the driver, or max_steps (argv[2]) does
 job.max_seconds = 300
 job.run(db=sys.argv[1], nodes=2, quiet=True, patience=None,
-        max_steps=int(sys.argv[2]) if len(sys.argv) > 2 else None)
+        max_steps=int(sys.argv[2]) if len(sys.argv) > 2 else None,
+        **({"checkpoint_every_s": float(sys.argv[3])} if len(sys.argv) > 3 else {}))

@@ -209,5 +209,3 @@ def test_restore_errors(tmp_path):
         job.restore(none)
     with pytest.raises(ConfigurationError, match="keep must be an integer >= 1 or None, got 0"):
         CheckpointWriter(tmp_path, keep=0)
-    with pytest.raises(ConfigurationError, match="model_dir must be a directory path or None, got int"):
-        job.run(db=str(tmp_path / "runs.db"), model_dir=3, quiet=True)

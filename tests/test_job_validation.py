@@ -135,6 +135,11 @@ def test_bad_target_loss(target, shown, db_path):
         ({"cluster": "127.0.0.1:1"}, "cluster must be None, a list of 'host:port' addresses or a Cluster"),
         ({"cluster": ["nohost", "127.0.0.1:1"]}, "cluster addresses must look like 'host:port', got 'nohost'"),
         ({"cluster": ["127.0.0.1:1"]}, "cluster must be a list of at least 2 'host:port' addresses"),
+        ({"model_dir": 3}, "model_dir must be a directory path or None, got int"),
+        ({"checkpoint_every_s": 0}, "checkpoint_every_s must be a number > 0 or None, got 0"),
+        ({"checkpoint_every_s": float("inf")}, "checkpoint_every_s must be a number > 0 or None, got inf"),
+        ({"keep_checkpoints": 0}, "keep_checkpoints must be an integer >= 1 or None, got 0"),
+        ({"resume": "yes"}, "resume must be True or False, got 'yes'"),
     ],
 )
 def test_bad_options(kwargs, message, db_path):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -70,3 +72,66 @@ def test_a_sync_jobs_checkpoint_is_beside_its_repository_whole_and_without_accum
         assert model.evaluate()["loss"] == pytest.approx(result.metrics["loss"], rel=1e-6)
     con = sqlite3.connect(db_path)
     assert con.execute("select model_dir from jobs where id = ?", (result.job_id,)).fetchone() == (directory,)
+
+
+def test_a_job_killed_mid_training_resumes_from_its_latest_checkpoint_as_the_same_job(db_path, cluster):
+    """SIGKILL of the driver (no handler runs), then run(resume=True) on the same repository."""
+    from conftest import node_processes
+    from test_processes import _start_driver, _stderr, _wait_gone
+
+    driver = _start_driver(db_path, 100_000, 0.3)  # TinyLogR, never converging; a checkpoint every 0.3 s
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert driver.poll() is None, _stderr(driver)
+            saved, last = _latest(db_path)
+            if len(saved) >= 2 and last - saved[-1] >= 50:
+                break
+            time.sleep(0.2)
+        nodes = node_processes(driver.pid)
+        driver.kill()
+        driver.wait()
+    finally:
+        driver.kill()
+    assert _wait_gone(nodes) == set()
+    saved, last = _latest(db_path)  # what the killed driver committed
+    con = sqlite3.connect(db_path)
+    (job_id, started_at), = con.execute("select id, started_at from jobs").fetchall()
+    losses = dict(con.execute("select step, loss from iterations").fetchall())
+
+    job = TinyLogR()
+    job.target_loss = 1e-6
+    result = job.run(db=db_path, cluster=cluster, quiet=True, patience=None, resume=True, max_steps=saved[-1] + 300)
+
+    assert (result.job_id, result.status, result.iterations) == (job_id, "stopped", saved[-1] + 300)
+    assert con.execute("select count(*), min(started_at) from jobs").fetchone() == (1, started_at)  # one job
+    (step, lost, gap), = con.execute("select step, lost_steps, gap_s from resumes").fetchall()
+    assert (step, lost) == (saved[-1], last - saved[-1]) and gap > 0
+    steps = [s for s, in con.execute("select step from iterations order by step")]
+    assert steps == list(range(1, result.iterations + 1))  # the lost steps were trained again, once
+    # It went on from the checkpoint's parameters: its first losses are the trained model's, not a new one's.
+    after = dict(con.execute("select step, loss from iterations where step > ?", (saved[-1],)).fetchall())
+    start, before, resumed = (np.mean([table[s] for s in range(first, first + 30)]) for table, first in (
+        (losses, 1), (losses, saved[-1] - 29), (after, saved[-1] + 1)))
+    assert resumed < start - 0.05 and abs(resumed - before) < 0.05, (start, before, resumed)
+    assert tf.train.load_checkpoint(result.checkpoint).get_tensor("global_step") == result.iterations
+    assert os.path.dirname(result.checkpoint) == con.execute("select model_dir from jobs").fetchone()[0]
+
+
+def _latest(db_path) -> tuple[list[int], int]:
+    """The steps of the checkpoints written so far, and the last step recorded."""
+    try:
+        con = sqlite3.connect(db_path, timeout=5)
+        saved = [s for s, in con.execute("select step from checkpoints order by step")]
+        return saved, con.execute("select coalesce(max(step), 0) from iterations").fetchone()[0]
+    except sqlite3.OperationalError:  # not created yet
+        return [], 0
+
+
+def test_resume_starts_afresh_when_the_latest_run_ended_well(db_path, cluster, caplog):
+    with caplog.at_level(logging.INFO, logger="tfonline"):
+        first = TinyLogR().run(db=db_path, cluster=cluster, quiet=True, resume=True)  # nothing to resume
+        second = TinyLogR().run(db=db_path, cluster=cluster, quiet=True, resume=True)
+    assert first.status == second.status == "converged" and first.job_id != second.job_id
+    assert "resume=True: no earlier run of TinyLogR here; starting afresh" in caplog.text
+    assert f"the latest run of TinyLogR ({first.job_id}) is converged; starting afresh" in caplog.text

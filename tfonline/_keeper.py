@@ -11,6 +11,7 @@ from tfonline import _evaluation
 from tfonline._calls import node_of
 from tfonline._graph import node_device
 from tfonline.checkpoint import CheckpointWriter
+from tfonline.exceptions import essence
 
 logger = logging.getLogger("tfonline")
 
@@ -18,33 +19,62 @@ logger = logging.getLogger("tfonline")
 class Keeper:
     """Writes ``engine``'s parameters as checkpoints into ``model_dir`` and evaluates them on the cluster.
 
-    Each write and evaluation is recorded (``recorder``) with its cost.
+    Besides the final checkpoint, one is written every ``every_s`` seconds
+    of training (None: none), and the latest ``keep`` are kept. Each write
+    and evaluation is recorded (``recorder``) with its cost, and each
+    checkpoint with what a resumed job needs of the training state.
+    ``started`` is the job's start (``time.monotonic``), less the time it
+    trained before it was resumed.
     """
 
-    def __init__(self, job, engine, recorder, model_dir: str, *, seed: int, keep: int | None = None):
-        self.job, self.engine, self.recorder, self.seed = job, engine, recorder, seed
+    def __init__(self, job, engine, state, recorder, model_dir: str, *, seed: int, started: float,
+                 every_s: float | None = None, keep: int | None = None):
+        self.job, self.engine, self.state, self.recorder, self.seed = job, engine, state, recorder, seed
+        self.started, self.every_s = started, every_s
         self.writer = CheckpointWriter(model_dir, keep)
         self.latest: str | None = None
         self.metrics: dict[str, float] | None = None
         self._eval_graphs: dict[tuple, tuple] = {}
+        self._next = time.monotonic() + every_s if every_s is not None else None
 
-    def save(self, step: int, kind: str) -> str:
-        """Reads every variable from the ps nodes (the chief worker's session) and writes them."""
+    def due(self) -> bool:
+        """Whether a periodic checkpoint is due."""
+        return self._next is not None and time.monotonic() >= self._next
+
+    def save(self, kind: str) -> str:
+        """Reads every variable from the ps nodes (through the chief worker's session) and writes them, while
+        the workers train on: an asynchronous job's checkpoint is as consistent as its training (each
+        variable as one read of it found it), its step the one reached when the read began."""
         started = time.monotonic()
+        saved = self.state.saved()
+        saved["input_position"] = self.engine.input_position + saved.pop("read")
+        saved["elapsed_s"] = started - self.started
         chief, session = self.engine.graphs[0], self.engine.sessions[0]
         if chief.ensure_op is not None:  # a switch's transition graph: moved variables exist once it ran
             session.run(chief.ensure_op)
-        path = self.writer.write(session.run(chief.variables), step)
+        path = self.writer.write(session.run(chief.variables), saved["step"])
         self.latest = path
-        self.recorder.checkpoint(step=step, path=path, kind=kind, cost_s=time.monotonic() - started)
+        self.recorder.checkpoint(step=saved["step"], path=path, kind=kind, cost_s=time.monotonic() - started,
+                                 saved=saved)
+        if self.every_s is not None:
+            self._next = time.monotonic() + self.every_s
         return path
 
-    def evaluate(self, step: int) -> dict[str, float] | None:
+    def periodic(self) -> None:
+        """A periodic checkpoint; one that fails is logged and tried again a period later: the job trains on."""
+        try:
+            self.save("periodic")
+        except Exception as e:  # noqa: BLE001 (a full disk, a node's error: the next period may do better)
+            self._next = time.monotonic() + self.every_s
+            logger.warning("a periodic checkpoint failed at step %d: %s: %s", self.state.step, type(e).__name__,
+                           essence(str(e)))
+
+    def evaluate(self) -> dict[str, float] | None:
         """The job's metrics on ``eval_input_fn``'s data, computed on the chief worker's node from the
         parameters where they live; None for a job without ``eval_input_fn``."""
         if not _evaluation.evaluates(self.job):
             return None
-        started = time.monotonic()
+        started, step = time.monotonic(), self.state.step
         chief = self.engine.graphs[0]
         graph, initializer, ops = self._eval_graph(chief)
         nodes = set(self.engine.layout.ps_nodes) | {chief.worker_node}

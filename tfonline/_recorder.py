@@ -47,6 +47,20 @@ class Recorder:
         self.started = True
         self.repo.beat_for(self.job_id)
 
+    def job_resumed(self, point) -> None:
+        """The job goes on from ``point`` (a :class:`tfonline._resume.ResumePoint`): its row says it runs again,
+        with this driver, and a ``resumes`` row records the rewind."""
+        now = self.clock()
+        self.repo.update("jobs", self.job_id, {
+            "status": "running", "stop_reason": None, "message": None, "finished_at": None,
+            "driver_host": platform.node(), "driver_pid": os.getpid(), "heartbeat_at": now})
+        self.repo.insert("resumes", {"job_id": self.job_id, "resumed_at": now, "step": point.step,
+                                     "checkpoint": point.checkpoint, "lost_steps": point.last_step - point.step,
+                                     "gap_s": now - point.last_wall})
+        self.repo.flush()
+        self.started = True
+        self.repo.beat_for(self.job_id)
+
     def job_end(self, *, status: str, reason: str, started_at: float, iterations: int, final_loss, first_iteration_at,
                 tuning_overhead_s) -> None:
         """The job's outcome; never raises (the job's own error, if any, is what the caller reports)."""
@@ -140,9 +154,12 @@ class Recorder:
     def model_dir(self, directory: str) -> None:
         self.repo.update("jobs", self.job_id, {"model_dir": directory})
 
-    def checkpoint(self, *, step: int, path: str, kind: str, cost_s: float) -> None:
+    def checkpoint(self, *, step: int, path: str, kind: str, cost_s: float, saved: dict[str, Any]) -> None:
+        """A checkpoint written, with the training state it was taken at (``TrainingState.saved``)."""
         self.repo.insert("checkpoints", {"job_id": self.job_id, "step": step, "path": path, "kind": kind,
-                                         "cost_s": cost_s, "wall_time": self.clock()}, replace=True)
+                                         "cost_s": cost_s, "wall_time": self.clock(),
+                                         "setting_id": saved["setting_id"], "state": json.dumps(saved)},
+                         replace=True)
 
     def evaluation(self, *, step: int, metrics: dict[str, float], cost_s: float) -> None:
         at = self.clock()

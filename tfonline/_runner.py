@@ -26,7 +26,7 @@ from dataclasses import asdict
 
 import tensorflow as tf
 
-from tfonline import _graph
+from tfonline import _graph, _resume
 from tfonline._calls import each_step, side_by_side, signals_as_interrupts, threads_of
 from tfonline._eta import Progress
 from tfonline._evaluation import check_metrics, evaluates
@@ -62,7 +62,8 @@ class Runner:
 
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
                  estimator=None, tuning: Tuning | None = None, reconfig: str = "online", patience: int | None = None,
-                 backend=None, model_dir=None):
+                 backend=None, model_dir=None, resume: bool = False,
+                 checkpoint_every_s: float | None = None, keep_checkpoints: int | None = None):
         self.job, self.requested_setting, self.db_path = job, setting, os.fspath(db)
         self.mode, self.sync = mode, mode == "sync"
         self.cluster_arg, self.nodes, self.seed, self.quiet = cluster, nodes, seed, quiet
@@ -70,7 +71,9 @@ class Runner:
         self.estimator, self.tuning, self.reconfig = estimator, tuning, reconfig
         self._make_backend = backend or tensorflow_backend
         self.job_id = f"{job.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        self.model_dir = os.path.abspath(model_dir if model_dir is not None else default_model_dir(db, self.job_id))
+        self.model_dir_arg = None if model_dir is None else os.path.abspath(model_dir)
+        self.resume, self.checkpoint_every_s, self.keep_checkpoints = resume, checkpoint_every_s, keep_checkpoints
+        self.resumed: _resume.ResumePoint | None = None
         self.keeper: Keeper | None = None
         # Container names allow letters, digits and "." only.
         self.container = "tfonline." + uuid.uuid4().hex
@@ -102,15 +105,27 @@ class Runner:
     def run(self) -> RunResult:
         self.started_at, self._t0 = time.time(), time.monotonic()
         repo = Repository(self.db_path)
+        try:
+            for gone in repo.mark_interrupted():
+                logger.warning("job %s in %s was marked running, but its driver is gone: now interrupted",
+                               gone, self.db_path)
+            self.resumed = _resume.find(repo, self.job.name, self.model_dir_arg) if self.resume else None
+        except BaseException:
+            repo.close()
+            raise
+        if self.resumed is not None:  # the same job goes on: its id, start and time trained so far
+            self.job_id, self.started_at = self.resumed.job_id, self.resumed.started_at
+            self._t0 -= self.resumed.saved["elapsed_s"]
+        self.model_dir = self.model_dir_arg or (self.resumed.model_dir if self.resumed is not None
+                                                else default_model_dir(self.db_path, self.job_id))
         self.recorder = Recorder(repo, self.job_id)
         self.state = TrainingState(self.job, self.recorder, {}, sync=self.sync, max_steps=self.max_steps,
                                    patience=self.patience)
         status, reason, error = "failed", "error", None
         try:
-            for gone in repo.mark_interrupted():
-                logger.warning("job %s in %s was marked running, but its driver is gone: now interrupted",
-                               gone, self.db_path)
             node_count, setting = self._setting()
+            if self.resumed is not None:
+                self.state.resume(self.resumed.saved, self.resumed.next_segment)
             self._record_job_start(setting, node_count)
             with signals_as_interrupts():
                 status, reason = self._on_a_cluster(setting, node_count)
@@ -136,7 +151,8 @@ class Runner:
         """The node count and the starting setting, checked (with a schedule) before any node starts."""
         node_count = self._node_count()
         extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
-        setting = resolve_setting(self.requested_setting, node_count, extra_knobs=extra)
+        requested = self.resumed.setting if self.resumed is not None else self.requested_setting
+        setting = resolve_setting(requested, node_count, extra_knobs=extra)
         if self.tuning is not None:
             self.space = self.tuning.space(node_count, self._fixed_threads())
             setting = self.space.start(setting)
@@ -161,9 +177,14 @@ class Runner:
                                  sync=self.sync, seed=self.seed, saver=self.reconfig == "checkpoint",
                                  extra_knobs=tuple(self.tuning.extra_knobs) if self.tuning else ())
             self.backend = self._make_backend(self.engine, self.reconfig, self._reset_container)
+            if self.resumed is not None:
+                self.engine.input_position = self.resumed.saved["input_position"]
             self.state.steps, self.state.apply = self.engine.open(
                 setting, balanced_placement(self.partitions, setting["ps"]))
-            self.keeper = Keeper(self.job, self.engine, self.recorder, self.model_dir, seed=self.seed)
+            if self.resumed is not None:
+                self.engine.restore(_resume.cluster_values(self.resumed.checkpoint, _graph.GLOBAL_STEP_NAME))
+            self.keeper = Keeper(self.job, self.engine, self.state, self.recorder, self.model_dir, seed=self.seed,
+                                 started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints)
             self.monitor = self._monitor(setting)
             ended = self.monitor.train()
             self._keep_model()
@@ -179,13 +200,12 @@ class Runner:
 
     def _keep_model(self) -> None:
         """The job's final checkpoint and metrics. A failure is logged: the trained job still ends as it did."""
-        step = self.state.step
         try:
-            self.keeper.save(step, "final")
+            self.keeper.save("final")
         except Exception as e:  # noqa: BLE001 (a disk or TensorFlow error: the result says there is none)
             logger.error("the job's checkpoint could not be written to %s: %s", self.model_dir, e)
         try:
-            self.keeper.evaluate(step)
+            self.keeper.evaluate()
         except Exception as e:  # noqa: BLE001
             logger.error("the job's evaluation failed: %s: %s", type(e).__name__, e)
 
@@ -206,7 +226,7 @@ class Runner:
         self.progress.show(self.quiet)
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
-                       limit_s=self.max_seconds, started=self._t0)
+                       limit_s=self.max_seconds, started=self._t0, keeper=self.keeper)
 
     def _node_count(self) -> int:
         arg = self.cluster_arg
@@ -260,6 +280,13 @@ class Runner:
     # -- the repository ------------------------------------------------------
 
     def _record_job_start(self, setting, node_count) -> None:
+        if self.resumed is not None:
+            self.recorder.setting(setting)
+            self.recorder.repo.rewind(self.job_id, self.resumed.step)
+            self.recorder.job_resumed(self.resumed)
+            logger.info("resuming %s from step %d (%s); %d iterations after it were lost", self.job_id,
+                        self.resumed.step, self.resumed.checkpoint, self.resumed.last_step - self.resumed.step)
+            return
         try:
             script = inspect.getfile(type(self.job))
         except (TypeError, OSError):

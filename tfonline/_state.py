@@ -50,6 +50,13 @@ class SmoothedLoss:
     def ready(self) -> bool:
         return self.count >= self.window
 
+    def saved(self) -> list[float]:
+        """What :meth:`restore` takes back (a checkpoint's)."""
+        return [self._raw, self.count]
+
+    def restore(self, saved: list[float]) -> None:
+        self._raw, self.count = float(saved[0]), int(saved[1])
+
 
 class Stop(Exception):
     """A reason to stop the job (raised by a worker, or requested by the monitor)."""
@@ -367,6 +374,27 @@ class TrainingState:
         self.history.extend(self.points)
         points = self.points
         return self.segment, self.step, points[0][1] if points else None, self.smoothed.value if points else None
+
+    # -- checkpoints ---------------------------------------------------------
+
+    def saved(self) -> dict[str, Any]:
+        """What a job resumed from a checkpoint taken now needs of this state (JSON-ready): its step,
+        setting, segment, smoothed loss, the patience rule's best, and the batches read since the input
+        was last opened (as :meth:`batches_read` counts them, without opening it)."""
+        with self.lock:
+            read = self._read if self.sync else len(self.steps) * max(self._started.values(), default=0)
+            return {"step": self.step, "setting_id": self.setting_id, "segment": self.segment,
+                    "smoothed": self.smoothed.saved(), "best": [self._best_loss, self._best_step], "read": read,
+                    "first_iteration_at": self.first_iteration_at}
+
+    def resume(self, saved: dict[str, Any], segment: int) -> None:
+        """Continues from ``saved`` (:meth:`saved` at a checkpoint); the first segment is numbered ``segment``."""
+        with self.lock:
+            self.step = int(saved["step"])
+            self.smoothed.restore(saved["smoothed"])
+            self._best_loss, self._best_step = float(saved["best"][0]), int(saved["best"][1])
+            self.first_iteration_at = saved["first_iteration_at"]
+            self.segment = segment
 
     # -- what the monitor reads ----------------------------------------------
 

@@ -16,6 +16,8 @@ REQUIRED_METHODS = {
     "optimizer_fn": "optimizer_fn(self)",
 }
 MODES = ("async", "sync")
+DEFAULT_CHECKPOINT_EVERY_S = 300.0  # a checkpoint every 5 minutes of training
+DEFAULT_KEEP_CHECKPOINTS = 3
 class _FromClass:
     def __repr__(self) -> str:
         return "the class attribute"
@@ -129,6 +131,9 @@ class MLJobFramework:
         schedule: Sequence[tuple[int, dict[str, Any]]] | None = None,
         backend: Any = None,
         model_dir: str | os.PathLike | None = None,
+        checkpoint_every_s: float | None = DEFAULT_CHECKPOINT_EVERY_S,
+        keep_checkpoints: int | None = DEFAULT_KEEP_CHECKPOINTS,
+        resume: bool = False,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -184,6 +189,17 @@ class MLJobFramework:
                 made subclass it.
             model_dir: where the job's checkpoints are written; by default
                 beside ``db``: ``runs.db`` -> ``runs.models/<job id>/``.
+            checkpoint_every_s: seconds of training between checkpoints
+                written while it trains (None: only the final one). The
+                workers train on while one is read and written.
+            keep_checkpoints: how many of the latest checkpoints stay on
+                disk (None: all).
+            resume: go on with the latest run of this job in ``db`` (in
+                ``model_dir``, if given) when it was interrupted or failed:
+                the same job, from its latest checkpoint's step, setting and
+                input position, with its tuner's knowledge. What it trained
+                after that checkpoint is lost, and its rows go. Without such
+                a run the job starts afresh (and says so in the log).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -211,12 +227,12 @@ class MLJobFramework:
         from tfonline.reconfig import check_technique
 
         check_technique(reconfig)
-        if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
-            raise ConfigurationError(f"model_dir must be a directory path or None, got {type(model_dir).__name__}")
+        _check_keeping(model_dir, checkpoint_every_s, keep_checkpoints, resume)
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], patience=limits[2], quiet=quiet,
                       estimator=progress,
-                      tuning=plan, reconfig=reconfig, backend=backend, model_dir=model_dir).run()
+                      tuning=plan, reconfig=reconfig, backend=backend, model_dir=model_dir, resume=resume,
+                      checkpoint_every_s=checkpoint_every_s, keep_checkpoints=keep_checkpoints).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():
@@ -262,6 +278,18 @@ def _tuning_plan(tune, tuning, space, extra_knobs, schedule, estimator, estimato
             raise ConfigurationError("schedule replaces tuning: give schedule or tune=True, got both")
         plan = Tuning(schedule=check_schedule(schedule), min_segment_s=0.0)
     return plan
+
+
+def _check_keeping(model_dir: Any, every_s: Any, keep: Any, resume: Any) -> None:
+    if model_dir is not None and not isinstance(model_dir, (str, os.PathLike)):
+        raise ConfigurationError(f"model_dir must be a directory path or None, got {type(model_dir).__name__}")
+    if every_s is not None and (isinstance(every_s, bool) or not isinstance(every_s, (int, float))
+                                or not every_s > 0 or math.isinf(every_s)):
+        raise ConfigurationError(f"checkpoint_every_s must be a number > 0 or None, got {every_s!r}")
+    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
+        raise ConfigurationError(f"keep_checkpoints must be an integer >= 1 or None, got {keep!r}")
+    if not isinstance(resume, bool):
+        raise ConfigurationError(f"resume must be True or False, got {resume!r}")
 
 
 def _check_limits(max_steps: Any, max_seconds: Any, patience: Any = None) -> None:

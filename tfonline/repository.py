@@ -18,7 +18,9 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
   the setting changes and the progress estimates (filled by later parts).
 - ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
-  which step, what writing one cost) and its metrics on held-out data.
+  which step, what writing one cost, the training state to resume from)
+  and its metrics on held-out data; ``resumes``: each time a job was
+  resumed from a checkpoint.
 """
 
 from __future__ import annotations
@@ -167,8 +169,13 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "phases": ({"job_id": str, "phase": str, "start_step": int, "wall_time": float}, ("job_id", "phase")),
     # v6: the checkpoints a job wrote (kind "final" at its end) and its metrics on held-out data
     "checkpoints": (
-        {"job_id": str, "step": int, "path": str, "kind": str, "cost_s": float, "wall_time": float},
+        {"job_id": str, "step": int, "path": str, "kind": str, "cost_s": float, "wall_time": float,
+         "setting_id": str, "state": str},  # state: what a resumed job needs (JSON, TrainingState.saved)
         ("job_id", "step"),
+    ),
+    "resumes": (  # v6: a job resumed from a checkpoint, rewound to its step
+        {"job_id": str, "resumed_at": float, "step": int, "checkpoint": str, "lost_steps": int, "gap_s": float},
+        ("job_id", "resumed_at"),
     ),
     "evaluations": (
         {"job_id": str, "step": int, "metric": str, "value": float, "cost_s": float, "wall_time": float},
@@ -437,6 +444,19 @@ class Repository:
             if driver_gone(row, now):
                 row.update(status="interrupted", stop_reason=DRIVER_GONE)
         return rows
+
+    def rewind(self, job_id: str, step: int) -> None:
+        """Removes what ``job_id`` recorded after ``step`` (a resumed job's checkpoint: the training after it
+        was lost), directly: its iterations, estimates, decisions, switches, checkpoints and evaluations,
+        and the segments and phases that began after it; the segment it fell in ends there. The tuner's
+        triples stay."""
+        with self.db.conn:
+            for table in ("iterations", "estimates", "decisions", "reconfigurations", "checkpoints", "evaluations"):
+                self.db.execute(f"delete from {table} where job_id = ? and step > ?", [job_id, step])
+            for table in ("segments", "phases"):
+                self.db.execute(f"delete from {table} where job_id = ? and start_step > ?", [job_id, step])
+            self.db.execute("update segments set end_step = ? where job_id = ? and start_step <= ? "
+                            "and (end_step is null or end_step > ?)", [step, job_id, step, step])
 
     def mark_interrupted(self) -> list[str]:
         """Records every job whose driver is gone as "interrupted (driver gone)", directly; returns their ids."""
