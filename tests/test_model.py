@@ -74,7 +74,7 @@ def test_a_sync_jobs_checkpoint_is_beside_its_repository_whole_and_without_accum
     assert con.execute("select model_dir from jobs where id = ?", (result.job_id,)).fetchone() == (directory,)
 
 
-def test_a_job_killed_mid_training_resumes_from_its_latest_checkpoint_as_the_same_job(db_path, cluster):
+def test_a_job_killed_mid_training_resumes_from_its_latest_checkpoint_as_the_same_job(db_path, cluster, capsys):
     """SIGKILL of the driver (no handler runs), then run(resume=True) on the same repository."""
     from conftest import node_processes
     from test_processes import _start_driver, _stderr, _wait_gone
@@ -116,6 +116,10 @@ def test_a_job_killed_mid_training_resumes_from_its_latest_checkpoint_as_the_sam
     assert resumed < start - 0.05 and abs(resumed - before) < 0.05, (start, before, resumed)
     assert tf.train.load_checkpoint(result.checkpoint).get_tensor("global_step") == result.iterations
     assert os.path.dirname(result.checkpoint) == con.execute("select model_dir from jobs").fetchone()[0]
+    assert main(["report", db_path]) == 0
+    out = capsys.readouterr().out
+    assert f"resumed:         at step {saved[-1]}, {last - saved[-1]} iterations lost, after a gap of" in out, out
+    assert f"(step {result.iterations}; {len(saved) + 1} checkpoints written)" in out, out  # the kept ones, the final
 
 
 def _latest(db_path) -> tuple[list[int], int]:

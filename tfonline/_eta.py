@@ -39,6 +39,7 @@ class Progress:
         self._next_at = 0.0
         self._last_step = 0
         self._ticker = Ticker(None)
+        self._first_loss: float | None = None
 
     def show(self, quiet: bool) -> None:
         """Starts the display (nothing when quiet or when it cannot be made)."""
@@ -100,6 +101,8 @@ class Progress:
         recent, step, loss = self.state.recent()
         pace = (recent[-1][2] - recent[0][2]) / (len(recent) - 1) if len(recent) > 1 else None
         remaining, remaining_s, reason = self.last
+        if self._first_loss is None:
+            self._first_loss = loss
         return Status(self.job.name, step, loss, float(self.job.target_loss), short_form(self.state.setting),
                       self.state.phase, pace, remaining_s, remaining, self.estimator.name if self.estimator else None,
-                      reason, time.monotonic() - self.started)
+                      reason, time.monotonic() - self.started, self._first_loss)

@@ -68,8 +68,8 @@ def find(repo: Repository, name: str, model_dir: str | None) -> ResumePoint | No
     else:
         logger.info("resume=True: the latest run of %s (%s) left no checkpoint; starting afresh", name, job["id"])
         return None
-    last = next(repo.rows("select max(step) as step, max(wall_time) as wall from iterations where job_id = ?",
-                          (job["id"],)))
+    last = next(repo.rows("select step, wall_time as wall from iterations where job_id = ? order by step desc "
+                          "limit 1", (job["id"],)), {"step": None, "wall": None})
     numbered = next(repo.rows("select max(n) as n from (select max(segment) as n from segments where job_id = ? "
                               "union all select max(segment) from triples where job_id = ?)", (job["id"],) * 2))
     return ResumePoint(job["id"], job["started_at"], job["model_dir"], row["path"], json.loads(row["state"]),

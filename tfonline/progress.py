@@ -2,7 +2,7 @@
 
 The runner hands a :class:`Status` to a view every so often. In a terminal
 (``sys.stdout.isatty()``) :class:`LiveView` redraws one panel in place
-(rich); otherwise :class:`LineView` prints one line every
+(rich), with a progress bar; otherwise :class:`LineView` prints one line every
 ``LINE_INTERVAL_S``, which suits logs and CI. ``run(quiet=True)`` shows
 nothing. An ETA the estimator cannot give yet is shown as unknown, with
 its reason, never as a made-up number.
@@ -39,6 +39,30 @@ class Status:
     estimator: str | None
     eta_reason: str | None  # why there is no ETA, when there is none
     elapsed_s: float
+    first_loss: float | None = None  # the smoothed loss the display first saw: where the loss's way starts
+
+
+def done_fraction(status: Status) -> tuple[float, str] | None:
+    """How far the job is, and by what: the share of its estimated time (time so far over that plus the
+    ETA), or without an ETA the share of the loss's way from its first value to the target; None when
+    neither is known."""
+    if status.remaining_s is not None:
+        total = status.elapsed_s + status.remaining_s
+        return (status.elapsed_s / total if total > 0 else 1.0), "of the estimated time"
+    first, loss, target = status.first_loss, status.loss, status.target_loss
+    if first is not None and loss is not None and first > target:
+        return min(max((first - loss) / (first - target), 0.0), 1.0), "of the loss's way to the target"
+    return None
+
+
+def bar_text(status: Status, width: int = 20) -> str:
+    """``[#######.............]  35% of the estimated time``, or ``[?]`` when nothing says how far."""
+    done = done_fraction(status)
+    if done is None:
+        return "[?]"
+    fraction, basis = done
+    filled = int(round(fraction * width))
+    return f"[{'#' * filled}{'.' * (width - filled)}] {100 * fraction:3.0f}% {basis}"
 
 
 def eta_text(status: Status, label: str = "ETA ") -> str:
@@ -55,7 +79,7 @@ def status_line(status: Status) -> str:
     pace = "-" if status.seconds_per_iteration is None else f"{status.seconds_per_iteration:.3f} s/it"
     return (f"[tfonline] {status.job} step {status.step}  loss {loss} (target {status.target_loss:g})  "
             f"{status.setting}  {PHASE_WORDS.get(status.phase, status.phase)}  {pace}  {eta_text(status)}  "
-            f"{status.elapsed_s:.0f} s")
+            f"{status.elapsed_s:.0f} s  {bar_text(status)}")
 
 
 class LineView:
@@ -103,7 +127,21 @@ class LiveView:
         table.add_row("phase", PHASE_WORDS.get(status.phase, status.phase))
         table.add_row("per iteration", pace)
         table.add_row("ETA", eta_text(status, label=""))
+        table.add_row("progress", LiveView._bar(status))
         return table
+
+    @staticmethod
+    def _bar(status: Status):
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        done = done_fraction(status)
+        if done is None:
+            return "unknown (no ETA yet, and the loss has not moved towards its target)"
+        fraction, basis = done
+        row = Table.grid(padding=(0, 1))
+        row.add_row(ProgressBar(total=1.0, completed=fraction, width=30), f"{100 * fraction:.0f}% {basis}")
+        return row
 
     def update(self, status: Status) -> None:
         self._live.update(self.render(status), refresh=True)

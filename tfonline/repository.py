@@ -469,6 +469,14 @@ class Repository:
         return [row["id"] for row in gone]
 
 
+def last_wall_time(repo: Repository, job_id: str) -> float | None:
+    """When ``job_id``'s last iteration ended: its last step's (steps are counted in the order they end), a
+    look-up by the primary key however long the job."""
+    row = next(repo.rows("select wall_time from iterations where job_id = ? order by step desc limit 1", (job_id,)),
+               None)
+    return None if row is None else row["wall_time"]
+
+
 def driver_gone(job: dict[str, Any], now: float | None = None) -> bool:
     """Whether a job recorded as running has lost its driver: its process is gone from this host, or its
     heartbeat is older than :data:`DRIVER_GONE_AFTER_S` (a driver killed, or on a host that went away)."""

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from tfonline.exceptions import ConfigurationError
-from tfonline.repository import Repository
+from tfonline.repository import Repository, last_wall_time
 
 REPORT_VERSION = 1
 STATUS_WORDS = {
@@ -47,30 +47,38 @@ JSON_SCHEMA = {
                     "(empty unless the job converged with estimates)",
     "checkpoints": "[{step, path, kind ('final' | 'periodic'), cost_s}]",
     "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
+    "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
 
 def segment_rows(repo: Repository, job_id: str) -> list[dict[str, Any]]:
     """Each segment with its statistics, computed from its iterations."""
+    # The first and last iterations' losses are looked up by step (the primary key) once the segment's
+    # first and last steps are known: a correlated "order by step limit 1" per segment walks the job's
+    # iterations in step order, which made the report of a long job quadratic in its length.
     return list(repo.rows(
         """
-        select s.segment, s.setting_id, s.phase, st.short as setting, st.knobs,
-               count(i.step) as iterations, min(i.step) as first_step, max(i.step) as last_step,
-               avg(i.exec_time_s) as mean_exec_time_s,
-               case when count(i.step) > 1
-                    then (max(i.wall_time) - min(i.wall_time)) / (count(i.step) - 1) end as wall_time_per_iteration_s,
-               (select loss from iterations where job_id = s.job_id and segment = s.segment
-                 order by step limit 1) as start_loss,
-               (select smoothed_loss from iterations where job_id = s.job_id and segment = s.segment
-                 order by step desc limit 1) as end_loss
-        from segments s
-        left join settings st on st.id = s.setting_id
-        left join iterations i on i.job_id = s.job_id and i.segment = s.segment
-        where s.job_id = ?
-        group by s.segment order by s.segment
+        with stats as (
+            select s.segment, s.setting_id, s.phase, st.short as setting, st.knobs,
+                   count(i.step) as iterations, min(i.step) as first_step, max(i.step) as last_step,
+                   avg(i.exec_time_s) as mean_exec_time_s,
+                   case when count(i.step) > 1
+                        then (max(i.wall_time) - min(i.wall_time)) / (count(i.step) - 1)
+                   end as wall_time_per_iteration_s
+            from segments s
+            left join settings st on st.id = s.setting_id
+            left join iterations i on i.job_id = s.job_id and i.segment = s.segment
+            where s.job_id = :job
+            group by s.segment
+        )
+        select stats.*, a.loss as start_loss, b.smoothed_loss as end_loss
+        from stats
+        left join iterations a on a.job_id = :job and a.step = stats.first_step
+        left join iterations b on b.job_id = :job and b.step = stats.last_step
+        order by stats.segment
         """,
-        (job_id,),
+        {"job": job_id},
     ))
 
 
@@ -78,7 +86,7 @@ def _end_wall(repo: Repository, job: dict[str, Any]) -> float | None:
     """When the job ended, or, while it runs, its last iteration."""
     if job["finished_at"] is not None:
         return job["finished_at"]
-    return next(repo.rows("select max(wall_time) as w from iterations where job_id = ?", (job["id"],)))["w"]
+    return last_wall_time(repo, job["id"])
 
 
 def _phases(repo: Repository, job: dict[str, Any], end: float | None) -> list[dict[str, Any]]:
@@ -198,6 +206,8 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "checkpoints": list(repo.rows("select step, path, kind, cost_s from checkpoints where job_id = ? order by step",
                                       (job_id,))),
         "evaluations": _evaluations(repo, job_id),
+        "resumes": list(repo.rows("select step, lost_steps, gap_s, checkpoint from resumes where job_id = ? "
+                                  "order by resumed_at", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
@@ -246,7 +256,8 @@ def job_text(report: dict[str, Any]) -> str:
 
 
 def _model_lines(r: dict[str, Any]) -> list[str]:
-    lines = []
+    lines = [f"  resumed:         at step {e['step']}, {e['lost_steps']} iterations lost, after a gap of "
+             f"{e['gap_s']:.1f} s (from {e['checkpoint']})" for e in r["resumes"]]
     for e in r["evaluations"]:
         shown = ", ".join(f"{name} {value:.4g}" for name, value in e["metrics"].items())
         lines.append(f"  evaluated:       {shown} (held-out data, step {e['step']}; took {_fmt(e['cost_s'], '.1f')} s)")
