@@ -24,7 +24,7 @@ def test_the_restored_cnn_gives_the_test_accuracy_the_clusters_parameters_gave(c
     """Two ps nodes, so the CNN's largest layer (fc1) is cut in two blocks; the checkpoint joins them."""
     job = CNN()
     result = job.run(setting={"ps": 2, "worker": 1}, db=db_path, cluster=cluster, max_steps=150, patience=None,
-                     quiet=True)
+                     quiet=True, checkpoint_every_s=1.0)
     assert result.status == "converged" or result.iterations == 150
     accuracy = result.metrics["accuracy"]  # measured on a node, on the parameters where they lived
     assert accuracy > 0.5  # a trained model: chance is 0.1
@@ -41,12 +41,22 @@ def test_the_restored_cnn_gives_the_test_accuracy_the_clusters_parameters_gave(c
     rows = con.execute("select metric, value from evaluations where job_id = ? and step = ?",
                        (result.job_id, result.iterations)).fetchall()
     assert dict(rows) == pytest.approx(result.metrics)
-    assert con.execute("select path, kind from checkpoints where job_id = ?", (result.job_id,)).fetchall() == [
-        (result.checkpoint, "final")]
-    assert main(["report", db_path]) == 0
+    written = con.execute("select step, path, kind from checkpoints where job_id = ? order by step",
+                          (result.job_id,)).fetchall()
+    assert written[-1] == (result.iterations, result.checkpoint, "final") and len(written) >= 2  # and periodic ones
+    measured = [step for step, in con.execute("select distinct step from evaluations where metric = 'accuracy' "
+                                              "order by step")]
+    # one at every checkpoint, as the training reached it (the workers train on while a checkpoint is written)
+    assert len(measured) == len(written) and measured[-1] == result.iterations
+    steps = [step for step, _, _ in written]
+    assert all(w <= m < after for m, w, after in zip(measured, steps, steps[1:])), (measured, steps)
+    assert main(["report", db_path, "--html", os.path.join(os.path.dirname(db_path), "report.html")]) == 0
     out = capsys.readouterr().out
     assert f"evaluated:       accuracy {accuracy:.4g}, loss" in out, out
-    assert f"model:           {result.checkpoint} (step {result.iterations}; 1 checkpoint written)" in out, out
+    assert f"model:           {result.checkpoint} (step {result.iterations}; {len(written)} checkpoints written)" in out
+    with open(os.path.join(os.path.dirname(db_path), "report.html")) as f:
+        page = f.read()
+    assert "Metrics on held-out data, at each checkpoint and the end" in page and f"accuracy {accuracy:.4g}" in page
 
 
 class EvaluatedLogR(TinyLogR):

@@ -61,13 +61,15 @@ class Keeper:
         return path
 
     def periodic(self) -> None:
-        """A periodic checkpoint; one that fails is logged and tried again a period later: the job trains on."""
+        """A periodic checkpoint, and the metrics at it; one that fails is logged and tried again a period
+        later: the job trains on."""
         try:
             self.save("periodic")
+            self.evaluate()
         except Exception as e:  # noqa: BLE001 (a full disk, a node's error: the next period may do better)
             self._next = time.monotonic() + self.every_s
-            logger.warning("a periodic checkpoint failed at step %d: %s: %s", self.state.step, type(e).__name__,
-                           essence(str(e)))
+            logger.warning("a periodic checkpoint or evaluation failed at step %d: %s: %s", self.state.step,
+                           type(e).__name__, essence(str(e)))
 
     def evaluate(self) -> dict[str, float] | None:
         """The job's metrics on ``eval_input_fn``'s data, computed on the chief worker's node from the

@@ -57,13 +57,23 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str, paths: dict[st
          f"{r['tuning_overhead_s']:.1f} s ({100 * r['tuning_overhead_fraction']:.1f}% of the job)"],
         ["host", f"{r['host']}, TensorFlow {r['tf_version']}, Python {r['python']}"],
     ]
+    summary += [["resumed", f"at step {e['step']}, {e['lost_steps']} iterations lost, after a gap of "
+                            f"{e['gap_s']:.1f} s"] for e in r.get("resumes", [])]
+    if r.get("evaluations"):
+        last = r["evaluations"][-1]
+        summary.append(["held-out metrics", ", ".join(f"{k} {v:.4g}" for k, v in last["metrics"].items())
+                        + f" (step {last['step']})"])
+    if r.get("checkpoints"):
+        summary.append(["model", f"{r['checkpoints'][-1]['path']} (step {r['checkpoints'][-1]['step']})"])
     parts.append(_table(["", ""], summary, left={0, 1}))
     paths = paths or draw(repo, r, folder)
     titles = {"loss-time": "Loss against wall time (dotted: end of the initial phases; triangles: reconfigurations)",
               "loss-iterations": "Loss against iterations", "iteration-time": "Wall time per iteration, by segment",
-              "eta": "Estimated and actual remaining time"}
-    for name in PLOTS:
-        parts.append(f"<h3>{titles[name]}</h3>{_image(paths[name], titles[name])}")
+              "eta": "Estimated and actual remaining time",
+              "evaluation": "Metrics on held-out data, at each checkpoint and the end"}
+    for name in (*PLOTS, "evaluation"):
+        if name in paths:
+            parts.append(f"<h3>{titles[name]}</h3>{_image(paths[name], titles[name])}")
     table = r["settings_table"]
     if table["columns"]:
         parts.append("<h3>Settings (the paper's Table IV; shaded: differs from the initial setting)</h3>")

@@ -3,7 +3,8 @@
 For each job: loss against wall time, with the end of the initial phases
 as a dotted vertical line and a marker at every reconfiguration (the
 paper's Fig. 6); loss against iterations (Fig. 7); wall time per iteration
-in each segment; and the estimated remaining time against the actual one.
+in each segment; the estimated remaining time against the actual one; and,
+for a job with ``eval_input_fn``, its metrics on held-out data.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tfonline.repository import Repository, last_wall_time  # noqa: E402
 WIDTH_PX, HEIGHT_PX, DPI = 800, 450, 100
 BUCKETS = 2 * WIDTH_PX  # a long job's iterations, in runs: two per pixel column
 EXACT_POINTS = 2 * BUCKETS  # up to this many, every iteration is drawn
-PLOTS = ("loss-time", "loss-iterations", "iteration-time", "eta")
+PLOTS = ("loss-time", "loss-iterations", "iteration-time", "eta")  # and "evaluation", for a job evaluated
 
 
 def series(repo: Repository, job_id: str) -> dict[str, Any]:
@@ -164,4 +165,19 @@ def draw(repo: Repository, report: dict[str, Any], folder: str) -> dict[str, str
     ax.set_xlabel("wall time since run() (s)")
     ax.set_ylabel("remaining time (s)")
     paths["eta"] = _save(fig, f"{base}-eta.png")
+    if report.get("evaluations"):
+        paths["evaluation"] = _evaluation_plot(report, f"{base}-evaluation.png")
     return paths
+
+
+def _evaluation_plot(report: dict[str, Any], path: str) -> str:
+    """Each metric on held-out data against the step it was measured at (each checkpoint's, and the end's)."""
+    fig, ax = _figure(f"{report['name']}: metrics on held-out data")
+    names = sorted({name for e in report["evaluations"] for name in e["metrics"]})
+    for i, name in enumerate(names):
+        points = [(e["step"], e["metrics"][name]) for e in report["evaluations"] if name in e["metrics"]]
+        ax.plot([step for step, _ in points], [value for _, value in points], marker="o", color=f"C{i}", label=name)
+    ax.legend(fontsize=8)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("metric")
+    return _save(fig, path)
