@@ -31,7 +31,9 @@ setup(
     # Not a Python module: a library the node processes preload so that TensorFlow's
     # servers listen on one address only (patches/bind_address.c, tfonline/_confine.py).
     ext_modules=[Extension("tfonline._bind_address", sources=["patches/bind_address.c"], libraries=["dl"])],
-    extras_require={"test": ["pytest>=8", "pytest-timeout"]},
+    # TensorFlow 2.21 no longer brings TensorBoard: run(tensorboard=DIR) writes its event files with
+    # TensorFlow's own writer; the viewer (and the test that starts it) needs this.
+    extras_require={"tensorboard": ["tensorboard>=2.16"], "test": ["pytest>=8", "pytest-timeout", "tensorboard>=2.16"]},
     entry_points={
         "console_scripts": ["tfonline=tfonline.cli:main"],
         "tfonline.estimators": [

@@ -3,7 +3,7 @@
 Every 0.2 s, or when woken (a stop, a decision made, a segment's last
 iteration), the monitor checks the nodes and the limits, records the last
 switch's cost once measurable, ends a switch's transition, writes the
-periodic checkpoints, keeps the ETA and the display, and hands each finished segment to the tuner in a
+periodic checkpoints and the TensorBoard events, keeps the ETA and the display, and hands each finished segment to the tuner in a
 background thread. A decision to switch comes back to it, and it has the
 :class:`~tfonline._switcher.Switcher` make the switch. A failing tuner
 degrades the job to untuned (:meth:`Monitor.stop_tuning`).
@@ -39,9 +39,10 @@ class Monitor:
 
     def __init__(self, state: TrainingState, workers: Workers, switcher: Switcher, engine: Engine,
                  recorder: Recorder, progress: Progress, manager, *, estimator_name: str | None,
-                 limit_s: float | None, started: float, keeper=None):
+                 limit_s: float | None, started: float, keeper=None, board=None):
         self.state, self.workers, self.switcher, self.engine = state, workers, switcher, engine
         self.keeper = keeper  # a tfonline._keeper.Keeper: the periodic checkpoints
+        self.board = board  # a tfonline.tensorboard.EventWriter: the live TensorBoard events
         self.backend, self.cluster = switcher.backend, switcher.cluster
         self.recorder, self.progress, self.manager = recorder, progress, manager
         self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
@@ -157,6 +158,8 @@ class Monitor:
             self.engine.close_retired()
         if self.keeper is not None and self.keeper.due() and not self.backend.in_transition:
             self.keeper.periodic()
+        if self.board is not None and self.board.due():
+            self.board.write_safely()
         self.progress.tick()
 
     def _wait(self, timeout_s: float) -> bool:

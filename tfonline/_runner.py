@@ -16,6 +16,7 @@ driver's parts, each of which owns its state:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -63,7 +64,8 @@ class Runner:
     def __init__(self, job, setting, *, db, mode, cluster, nodes, seed, max_steps, max_seconds, quiet,
                  estimator=None, tuning: Tuning | None = None, reconfig: str = "online", patience: int | None = None,
                  backend=None, model_dir=None, resume: bool = False,
-                 checkpoint_every_s: float | None = None, keep_checkpoints: int | None = None):
+                 checkpoint_every_s: float | None = None, keep_checkpoints: int | None = None,
+                 tensorboard=None):
         self.job, self.requested_setting, self.db_path = job, setting, os.fspath(db)
         self.mode, self.sync = mode, mode == "sync"
         self.cluster_arg, self.nodes, self.seed, self.quiet = cluster, nodes, seed, quiet
@@ -75,6 +77,7 @@ class Runner:
         self.resume, self.checkpoint_every_s, self.keep_checkpoints = resume, checkpoint_every_s, keep_checkpoints
         self.resumed: _resume.ResumePoint | None = None
         self.keeper: Keeper | None = None
+        self.tensorboard, self.board = tensorboard, None
         # Container names allow letters, digits and "." only.
         self.container = "tfonline." + uuid.uuid4().hex
         self.cluster: Cluster | None = None
@@ -185,6 +188,7 @@ class Runner:
                 self.engine.restore(_resume.cluster_values(self.resumed.checkpoint, _graph.GLOBAL_STEP_NAME))
             self.keeper = Keeper(self.job, self.engine, self.state, self.recorder, self.model_dir, seed=self.seed,
                                  started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints)
+            self.board = self._board()
             self.monitor = self._monitor(setting)
             ended = self.monitor.train()
             self._keep_model()
@@ -192,11 +196,33 @@ class Runner:
         finally:
             each_step(  # every step runs, even when one before it raised
                 self.progress.close if self.progress is not None else _nothing,  # the last status shown
+                self._close_board,
                 self.keeper.close if self.keeper is not None else _nothing,
                 self.backend.close if self.backend is not None else _nothing,
                 self.engine.close if self.engine is not None else _nothing,
                 owned.stop if owned is not None else self._reset_container if self.cluster else _nothing,
             )
+
+    def _board(self):
+        """The live TensorBoard events' writer, for ``run(tensorboard=DIR)``; None when it cannot be made."""
+        if self.tensorboard is None:
+            return None
+        from tfonline.tensorboard import EventWriter
+
+        try:
+            return EventWriter(self.recorder.repo, self.job_id, self.tensorboard)
+        except Exception as e:  # noqa: BLE001 (the job trains without its events)
+            logger.warning("no TensorBoard events in %s: %s: %s; the job goes on", self.tensorboard,
+                           type(e).__name__, e)
+            return None
+
+    def _close_board(self) -> None:
+        """The job's last events (its last rows committed first), and the event file closed."""
+        if self.board is not None:
+            with contextlib.suppress(Exception):
+                self.recorder.repo.flush()
+            self.board.write_safely()
+            self.board.close()
 
     def _keep_model(self) -> None:
         """The job's final checkpoint and metrics. A failure is logged: the trained job still ends as it did."""
@@ -226,7 +252,7 @@ class Runner:
         self.progress.show(self.quiet)
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
-                       limit_s=self.max_seconds, started=self._t0, keeper=self.keeper)
+                       limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board)
 
     def _node_count(self) -> int:
         arg = self.cluster_arg

@@ -1,6 +1,7 @@
 """The ``tfonline`` command.
 
-    tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--compare JOB ...]
+    tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--tensorboard DIR]
+                       [--compare JOB ...]
     tfonline upgrade DB
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
@@ -45,8 +46,16 @@ def _report(args) -> int:
             from tfonline.report.plots import draw
 
             drawn = {r["id"]: draw(repo, r, args.plots) for r in reports}
-            print(f"plots: {len(reports) * 4} PNG files in {args.plots}" if reports
+            print(f"plots: {sum(len(paths) for paths in drawn.values())} PNG files in {args.plots}" if reports
                   else f"plots: none, {no_jobs_message(repo, args.job)}", file=sys.stderr)
+        if args.tensorboard:
+            from tfonline.tensorboard import check_logdir, write
+
+            check_logdir(args.tensorboard)
+            for r in reports:
+                write(repo, r["id"], args.tensorboard)
+            print(f"tensorboard: {len(reports)} run{'s' if len(reports) != 1 else ''} in {args.tensorboard} "
+                  f"(tensorboard --logdir {args.tensorboard})", file=sys.stderr)
         if args.html:
             from tfonline.report.html import page
 
@@ -210,6 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="text (default) or json (schema: tfonline.report.JSON_SCHEMA)")
     report.add_argument("--html", metavar="OUT.html", help="also write one self-contained page with tables and plots")
     report.add_argument("--plots", metavar="DIR", help="also draw each job's plots as PNG files into DIR")
+    report.add_argument("--tensorboard", metavar="DIR",
+                        help="also write each job's history as TensorBoard event files into DIR (imports TensorFlow)")
     report.add_argument("--compare", nargs="+", metavar="JOB",
                         help="completion times of these jobs (ids or names) side by side, with ratios to the first")
     report.set_defaults(func=_report)

@@ -134,6 +134,7 @@ class MLJobFramework:
         checkpoint_every_s: float | None = DEFAULT_CHECKPOINT_EVERY_S,
         keep_checkpoints: int | None = DEFAULT_KEEP_CHECKPOINTS,
         resume: bool = False,
+        tensorboard: str | os.PathLike | None = None,
     ) -> RunResult:
         """Runs the job on a TensorFlow cluster until it converges.
 
@@ -200,6 +201,10 @@ class MLJobFramework:
                 input position, with its tuner's knowledge. What it trained
                 after that checkpoint is lost, and its rows go. Without such
                 a run the job starts afresh (and says so in the log).
+            tensorboard: a log directory: TensorBoard event files of the
+                job (loss, smoothed loss, time per iteration, ETA, the
+                setting's knobs, each switch and its cost, the metrics)
+                are written there live (see :mod:`tfonline.tensorboard`).
 
         Returns:
             A :class:`RunResult`; the full history is in ``db``.
@@ -228,11 +233,19 @@ class MLJobFramework:
 
         check_technique(reconfig)
         _check_keeping(model_dir, checkpoint_every_s, keep_checkpoints, resume)
+        if tensorboard is not None:
+            if not isinstance(tensorboard, (str, os.PathLike)):
+                raise ConfigurationError(
+                    f"tensorboard must be a directory path or None, got {type(tensorboard).__name__}")
+            from tfonline.tensorboard import check_logdir
+
+            check_logdir(tensorboard)
         return Runner(self, setting, db=db, mode=mode, cluster=cluster, nodes=nodes, seed=seed,
                       max_steps=limits[0], max_seconds=limits[1], patience=limits[2], quiet=quiet,
                       estimator=progress,
                       tuning=plan, reconfig=reconfig, backend=backend, model_dir=model_dir, resume=resume,
-                      checkpoint_every_s=checkpoint_every_s, keep_checkpoints=keep_checkpoints).run()
+                      checkpoint_every_s=checkpoint_every_s, keep_checkpoints=keep_checkpoints,
+                      tensorboard=tensorboard).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
         for method, signature in REQUIRED_METHODS.items():
