@@ -35,3 +35,15 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
         path = tmp_path / md.replace(".md", figure)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.name in result["figures"]
         assert f"![{path.name}]({path.name})" in text
+
+
+def test_the_checkpoint_cost_benchmark_measures_both_ways_side_by_side(capsys):
+    sys.path.insert(0, os.path.join(os.path.dirname(BENCH)))
+    import checkpoint_cost
+
+    results = checkpoint_cost.main(["--workloads", "logr", "--seconds", "7", "--every", "0.5", "--repeats", "1"])
+    logr = results["logr"]
+    assert logr["per_iteration_without_s"] > 0 and logr["per_iteration_with_s"] > 0 and logr["checkpoints_per_run"] >= 2
+    assert logr["slowdown"] == logr["per_iteration_with_s"] / logr["per_iteration_without_s"] - 1
+    assert logr["checkpoint_s"] > 0 and logr["evaluation_s"] == 0.0  # the LogR has no held-out data
+    assert "< 2% of the job's time" in capsys.readouterr().out
