@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from tfonline import _evaluation
 from tfonline._calls import node_of
-from tfonline._graph import node_device
+from tfonline._graph import GLOBAL_STEP_NAME, node_device
 from tfonline.checkpoint import CheckpointWriter
 from tfonline.exceptions import essence
 
@@ -52,7 +53,11 @@ class Keeper:
         chief, session = self.engine.graphs[0], self.engine.sessions[0]
         if chief.ensure_op is not None:  # a switch's transition graph: moved variables exist once it ran
             session.run(chief.ensure_op)
-        path = self.writer.write(session.run(chief.variables), saved["step"])
+        values = session.run(chief.variables)
+        # The step the repository counts, which names the file: an asynchronous job's global step also counts
+        # the few steps still running when it was read (and those that ran while the read went on).
+        values[GLOBAL_STEP_NAME] = np.int64(saved["step"])
+        path = self.writer.write(values, saved["step"])
         self.latest = path
         self.recorder.checkpoint(step=saved["step"], path=path, kind=kind, cost_s=time.monotonic() - started,
                                  saved=saved)

@@ -13,7 +13,10 @@ step, the sync mode's accumulators). A checkpoint holds what the user's own
   all of it, one of a graph with ``model_fn`` alone restores the model and
   ignores the rest;
 - the job's step as ``global_step`` (int64), what
-  ``tf.compat.v1.train.get_or_create_global_step()`` restores;
+  ``tf.compat.v1.train.get_or_create_global_step()`` restores: the step
+  the repository counts and the file is named after (an asynchronous
+  job's parameters may also hold the updates of the few steps that were
+  running when they were read);
 - not the sync mode's accumulators: they are zero between steps.
 
 Files are TensorFlow's V2 format (``model.ckpt-STEP.index`` and its data),
