@@ -119,6 +119,9 @@ def test_a_job_killed_mid_training_resumes_from_its_latest_checkpoint_as_the_sam
     assert (step, lost) == (saved[-1], last - saved[-1]) and gap > 0
     steps = [s for s, in con.execute("select step from iterations order by step")]
     assert steps == list(range(1, result.iterations + 1))  # the lost steps were trained again, once
+    spans = con.execute("select start_step, end_step, ended_at from segments order by start_step").fetchall()
+    assert spans[0][0] == 1 and spans[-1][1] == result.iterations and all(ended for _, _, ended in spans)
+    assert all(end + 1 == start for (_, end, _), (start, _, _) in zip(spans, spans[1:]))  # no overlap, no hole
     # It went on from the checkpoint's parameters: its first losses are the trained model's, not a new one's.
     after = dict(con.execute("select step, loss from iterations where step > ?", (saved[-1],)).fetchall())
     start, before, resumed = (np.mean([table[s] for s in range(first, first + 30)]) for table, first in (
@@ -149,3 +152,28 @@ def test_resume_starts_afresh_when_the_latest_run_ended_well(db_path, cluster, c
     assert first.status == second.status == "converged" and first.job_id != second.job_id
     assert "resume=True: no earlier run of TinyLogR here; starting afresh" in caplog.text
     assert f"the latest run of TinyLogR ({first.job_id}) is converged; starting afresh" in caplog.text
+
+
+def test_a_resumed_tuned_job_goes_on_on_its_checkpoints_setting_with_its_tuners_knowledge(db_path, cluster):
+    """The first run ends at max_steps and is then marked interrupted, as a crash after its last checkpoint
+    would leave it; the resumed run starts on the setting it had, and its tuner, holding the triples the first
+    run measured, skips its random phase (one random setting asked for: two triples are enough)."""
+    from jobs import TunedLogR
+
+    tuning = {"random_settings": 1, "min_segment_s": 0.5}
+    job = TunedLogR()
+    job.target_loss = 1e-6  # both runs end at max_steps
+    first = job.run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning, max_steps=1500, patience=None)
+    con = sqlite3.connect(db_path)
+    assert con.execute("select count(*) from triples").fetchone()[0] >= 2  # what the tuner knows
+    assert con.execute("select count(*) from decisions where phase = 'random'").fetchone()[0] >= 1
+    con.execute("update jobs set status = 'interrupted'")
+    con.commit()
+    (saved_setting,) = con.execute("select setting_id from checkpoints where step = 1500").fetchone()
+
+    resumed = job.run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning, max_steps=1800,
+                      patience=None, resume=True)
+    assert resumed.job_id == first.job_id and resumed.iterations == 1800
+    (on,) = con.execute("select setting_id from segments where start_step = 1501").fetchone()
+    assert on == saved_setting
+    assert con.execute("select count(*) from decisions where step > 1500 and phase = 'random'").fetchone() == (0,)

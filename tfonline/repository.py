@@ -448,15 +448,17 @@ class Repository:
     def rewind(self, job_id: str, step: int) -> None:
         """Removes what ``job_id`` recorded after ``step`` (a resumed job's checkpoint: the training after it
         was lost), directly: its iterations, estimates, decisions, switches, checkpoints and evaluations,
-        and the segments and phases that began after it; the segment it fell in ends there. The tuner's
-        triples stay."""
+        and the segments and phases that began after it; the segment it fell in ends there (at its step's
+        wall time). The tuner's triples stay."""
         with self.db.conn:
             for table in ("iterations", "estimates", "decisions", "reconfigurations", "checkpoints", "evaluations"):
                 self.db.execute(f"delete from {table} where job_id = ? and step > ?", [job_id, step])
             for table in ("segments", "phases"):
                 self.db.execute(f"delete from {table} where job_id = ? and start_step > ?", [job_id, step])
-            self.db.execute("update segments set end_step = ? where job_id = ? and start_step <= ? "
-                            "and (end_step is null or end_step > ?)", [step, job_id, step, step])
+            self.db.execute("update segments set end_step = :step, ended_at = (select wall_time from iterations "
+                            "where job_id = :job and step = :step) where job_id = :job and start_step <= :step "
+                            "and (end_step is null or end_step > :step or ended_at is null)",
+                            {"job": job_id, "step": step})
 
     def mark_interrupted(self) -> list[str]:
         """Records every job whose driver is gone as "interrupted (driver gone)", directly; returns their ids."""

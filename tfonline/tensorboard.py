@@ -66,7 +66,7 @@ class EventWriter:
     def write_new(self) -> int:
         """Writes the rows added since the last call; returns how many events."""
         self._next = time.monotonic() + LIVE_INTERVAL_S
-        events = (self._iterations() + self._segments_() + self._estimates() + self._switches()
+        events = (self._iterations() + self._segment_events() + self._estimates() + self._switches()
                   + self._evaluations())
         for event in events:
             self._writer.add_event(event)
@@ -104,7 +104,7 @@ class EventWriter:
         return [self._scalars(r["wall_time"], r["step"], loss=r["loss"], smoothed_loss=r["smoothed_loss"])
                 for r in rows]
 
-    def _segments_(self) -> list:
+    def _segment_events(self) -> list:
         events = []
         for seg in self._rows("select s.segment, s.start_step, s.end_step, s.started_at, s.ended_at, st.knobs, "
                               "st.short from segments s left join settings st on st.id = s.setting_id "
