@@ -92,8 +92,12 @@ def test_signal_to_the_driver_stops_every_node(db_path, signals):
     finally:
         driver.kill()
         driver.wait()
-    (status,), = sqlite3.connect(db_path).execute("select status from jobs").fetchall()
+    con = sqlite3.connect(db_path)
+    (status,), = con.execute("select status from jobs").fetchall()
     assert status == "interrupted"
+    if len(signals) == 1:  # what it trained is kept for run(resume=True)
+        (kind, path), = con.execute("select kind, path from checkpoints").fetchall()
+        assert kind == "interrupted" and os.path.exists(path + ".index")
 
 
 def test_sigkill_of_the_driver_keeps_committed_rows_and_no_node(db_path, cluster, capsys):

@@ -205,13 +205,13 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("alter table decisions drop column overhead_s")
     con.execute("alter table jobs drop column tuned")
     con.execute("alter table reconfigurations drop column iterations_during")
-    for column in ("driver_host", "driver_pid", "heartbeat_at", "model_dir"):
+    for column in ("driver_host", "driver_pid", "heartbeat_at", "model_dir", "signature"):
         con.execute(f"alter table jobs drop column {column}")
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
     assert repo.schema_version == SCHEMA_VERSION == 6
-    assert {"driver_host", "driver_pid", "heartbeat_at", "model_dir"} <= set(repo.db["jobs"].columns_dict)
+    assert {"driver_host", "driver_pid", "heartbeat_at", "model_dir", "signature"} <= set(repo.db["jobs"].columns_dict)
     assert all(repo.db[table].exists() for table in ("triples", "phases", "checkpoints", "evaluations"))
     assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict
     assert "iterations_during" in repo.db["reconfigurations"].columns_dict

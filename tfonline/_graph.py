@@ -137,7 +137,9 @@ def check_dataset(dataset: Any, what: str) -> tf.data.Dataset:
     return dataset
 
 
-def _input(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
+def input_iterator(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
+    """Shard ``shard`` of ``num_shards`` of the job's input, from ``skip`` batches on: (iterator, features,
+    labels)."""
     dataset = check_dataset(job.input_fn(shard, num_shards), "input_fn")
     if skip is not None:
         dataset = dataset.skip(skip)
@@ -185,7 +187,7 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
     with graph.as_default():
         if seed is not None:
             tf.compat.v1.set_random_seed(seed)
-        _, features, labels = _input(job, 0, 1)
+        _, features, labels = input_iterator(job, 0, 1)
         loss = build_model(job, features, labels, rule, recording_creator)
         if not created:
             raise JobDefinitionError("model_fn must create at least one variable to train, got none")
@@ -194,11 +196,11 @@ def discover_partitions(job, rule: PartitioningRule, seed: int | None = None) ->
             raise JobDefinitionError(
                 f"optimizer_fn must return a tf.compat.v1.train.Optimizer, got {type(optimizer).__name__}"
             )
-        _gradients(optimizer, loss)
+        gradients_of(optimizer, loss)
     return created
 
 
-def _gradients(optimizer, loss):
+def gradients_of(optimizer, loss):
     grads_and_vars = [(g, v) for g, v in optimizer.compute_gradients(loss) if g is not None]
     if not grads_and_vars:
         raise JobDefinitionError("model_fn's loss must depend on at least one trainable variable, got none")
@@ -295,10 +297,10 @@ def build_worker_graph(
             num_shards = len(layout.worker_nodes)
             shared_name = f"{container}_input_{worker_rank}_of_{num_shards}"
             skip = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="input_skip")
-            iterator, features, labels = _input(job, worker_rank, num_shards, shared_name, skip)
+            iterator, features, labels = input_iterator(job, worker_rank, num_shards, shared_name, skip)
             loss = build_model(job, features, labels, rule, placing_creator)
             optimizer = job.optimizer_fn()
-            grads_and_vars = _gradients(optimizer, loss)
+            grads_and_vars = gradients_of(optimizer, loss)
             apply_op = None
             if sync:
                 train_op, apply_op = _sync_ops(optimizer, grads_and_vars, len(layout.worker_nodes), global_step)

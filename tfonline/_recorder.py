@@ -154,6 +154,10 @@ class Recorder:
     def model_dir(self, directory: str) -> None:
         self.repo.update("jobs", self.job_id, {"model_dir": directory})
 
+    def signature(self, signature) -> None:
+        """The workload's :class:`tfonline.signature.Signature`."""
+        self.repo.update("jobs", self.job_id, {"signature": json.dumps(signature.to_dict())})
+
     def checkpoint(self, *, step: int, path: str, kind: str, cost_s: float, saved: dict[str, Any]) -> None:
         """A checkpoint written, with the training state it was taken at (``TrainingState.saved``)."""
         self.repo.insert("checkpoints", {"job_id": self.job_id, "step": step, "path": path, "kind": kind,

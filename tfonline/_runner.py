@@ -46,6 +46,7 @@ from tfonline.reconfig.tensorflow import TensorFlowReconfig
 from tfonline.repository import Repository
 from tfonline.result import RunResult
 from tfonline.setting import knob_table, resolve_setting
+from tfonline.signature import Signature, signature
 from tfonline.tuner import Tuning
 from tfonline.tuner.schedule import Schedule
 
@@ -78,6 +79,7 @@ class Runner:
         self.resumed: _resume.ResumePoint | None = None
         self.keeper: Keeper | None = None
         self.tensorboard, self.board = tensorboard, None
+        self.signature: Signature | None = None
         # Container names allow letters, digits and "." only.
         self.container = "tfonline." + uuid.uuid4().hex
         self.cluster: Cluster | None = None
@@ -166,6 +168,10 @@ class Runner:
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         if evaluates(self.job):
             check_metrics(self.job, self.rule, {part.name for part in self.partitions})
+        try:
+            self.signature = signature(self.job, DEFAULT_PARTITION_MIN_BYTES, self.mode)
+        except Exception as e:  # noqa: BLE001 (a helper: the job runs without it)
+            logger.warning("no workload signature for %s: %s: %s", self.job.name, type(e).__name__, e)
         return node_count, setting
 
     def _on_a_cluster(self, setting: dict, node_count: int) -> tuple[str, str]:
@@ -190,7 +196,11 @@ class Runner:
                                  started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints)
             self.board = self._board()
             self.monitor = self._monitor(setting)
-            ended = self.monitor.train()
+            try:
+                ended = self.monitor.train()
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: what was trained is kept, for run(resume=True)
+                self._save_interrupted()
+                raise
             self._keep_model()
             return ended
         finally:
@@ -223,6 +233,14 @@ class Runner:
                 self.recorder.repo.flush()
             self.board.write_safely()
             self.board.close()
+
+    def _save_interrupted(self) -> None:
+        """A checkpoint of an interrupted job (its workers stopped, its sessions still open); a second
+        interrupt, or an error, leaves it unwritten."""
+        try:
+            self.keeper.save("interrupted")
+        except (Exception, KeyboardInterrupt) as e:  # noqa: BLE001
+            logger.warning("the interrupted job's checkpoint was not written: %s", type(e).__name__)
 
     def _keep_model(self) -> None:
         """The job's final checkpoint and metrics. A failure is logged: the trained job still ends as it did."""
@@ -329,6 +347,8 @@ class Runner:
             node_count=node_count, knob_space=space, tf_version=tf.__version__, seed=self.seed,
             tuned=self.tuning is not None and self.tuning.schedule is None)
         self.recorder.model_dir(self.model_dir)
+        if self.signature is not None:
+            self.recorder.signature(self.signature)
 
     def _record_job_end(self, status: str, reason: str) -> None:
         state = self.state

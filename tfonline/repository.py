@@ -80,6 +80,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "driver_pid": int,
             "heartbeat_at": float,
             "model_dir": str,  # v6: where its checkpoints are
+            "signature": str,  # v6: its workload's signature (JSON, tfonline.signature.Signature)
         },
         "id",
     ),
@@ -167,7 +168,8 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
         ("job_id", "segment"),
     ),
     "phases": ({"job_id": str, "phase": str, "start_step": int, "wall_time": float}, ("job_id", "phase")),
-    # v6: the checkpoints a job wrote (kind "final" at its end) and its metrics on held-out data
+    # v6: the checkpoints a job wrote (kind "periodic", "final" at its end, "interrupted" at Ctrl-C or SIGTERM)
+    # and its metrics on held-out data
     "checkpoints": (
         {"job_id": str, "step": int, "path": str, "kind": str, "cost_s": float, "wall_time": float,
          "setting_id": str, "state": str},  # state: what a resumed job needs (JSON, TrainingState.saved)
@@ -227,6 +229,21 @@ def _open(path: str, create: bool) -> sqlite_utils.Database:
     return sqlite_utils.Database(conn)
 
 
+def _while_locked(statement, timeout_s: float = 30.0):
+    """Runs ``statement``, again while another process holds the file's lock. Some steps of opening a file
+    answer "database is locked" at once, without SQLite's busy timeout (changing the journal mode to WAL
+    needs the file to itself): when jobs open one new repository together, one of 4 processes failed so,
+    once in a few hundred runs of tests/test_repository.py. Creating the schema is safe to repeat."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _batch_key(op: tuple) -> tuple:
     """Consecutive inserts into one table (with the same ``replace``) are written together, in order."""
     return ("insert", op[1], op[3]) if op[0] == "insert" else (op[0],)
@@ -252,8 +269,8 @@ class Repository:
         self._heartbeat_job: str | None = None
         try:
             if create:
-                self._create_schema()
-            self.schema_version = self._check_schema()
+                _while_locked(self._create_schema)
+            self.schema_version = _while_locked(self._check_schema)
         except sqlite3.OperationalError as e:
             raise RepositoryError(f"db must be a writable SQLite file, got {self.path!r}: {e}") from e
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository, last_wall_time
+from tfonline.signature import Signature
 
 REPORT_VERSION = 1
 STATUS_WORDS = {
@@ -45,7 +46,9 @@ JSON_SCHEMA = {
     "tuning_overhead_s": "float | null", "tuning_overhead_fraction": "float | null",
     "eta_accuracy": "[{fraction, step, estimator, estimated_remaining_s, actual_remaining_s, error}] "
                     "(empty unless the job converged with estimates)",
-    "checkpoints": "[{step, path, kind ('final' | 'periodic'), cost_s}]",
+    "signature": "{variables, parameter_bytes, largest_bytes, partitioned, sparse_reads, ops, madds_per_example, "
+                 "batch_size, example_shapes, optimizer, mode} | null: the workload (tfonline.signature)",
+    "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
     "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
     "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
@@ -206,6 +209,7 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "checkpoints": list(repo.rows("select step, path, kind, cost_s from checkpoints where job_id = ? order by step",
                                       (job_id,))),
         "evaluations": _evaluations(repo, job_id),
+        "signature": json.loads(job["signature"]) if job.get("signature") else None,
         "resumes": list(repo.rows("select step, lost_steps, gap_s, checkpoint from resumes where job_id = ? "
                                   "order by resumed_at", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
@@ -240,6 +244,8 @@ def job_text(report: dict[str, Any]) -> str:
     if r["first_iteration_s"] is not None:
         lines.append(f"  first iteration: {r['first_iteration_s']:.1f} s after run()")
     lines.append(f"  iterations:      {r['iterations']}")
+    if r["signature"] is not None:
+        lines.append(f"  workload:        {Signature.from_dict(r['signature']).describe()}")
     lines.append(f"  target loss:     {_fmt(r['target_loss'], 'g')}    final loss: {_fmt(r['final_loss'])}"
                  " (smoothed)")
     lines.append("  time in phases:  " + ", ".join(
