@@ -12,7 +12,6 @@ examples. ``metrics_fn`` builds the model again from the same variables
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,7 +83,7 @@ def evaluate(session: tf.compat.v1.Session, initializer: tf.Operation, ops: Eval
         raise JobDefinitionError(f"eval_input_fn's dataset must end, got more than {MAX_BATCHES:,} batches")
     if examples == 0:
         raise JobDefinitionError("eval_input_fn's dataset must hold at least one example, got none")
-    return {name: total / examples if math.isfinite(total) else total for name, total in totals.items()}
+    return {name: total / examples for name, total in totals.items()}
 
 
 def _sharing_creator(devices: dict[str, str]):
