@@ -157,7 +157,7 @@ def test_resume_starts_afresh_when_the_latest_run_ended_well(db_path, cluster, c
     assert f"the latest run of TinyLogR ({first.job_id}) is converged; starting afresh" in caplog.text
 
 
-def test_a_resumed_tuned_job_goes_on_on_its_checkpoints_setting_with_its_tuners_knowledge(db_path, cluster):
+def test_a_resumed_tuned_job_goes_on_on_its_checkpoints_setting_with_its_tuners_knowledge(db_path, cluster, caplog):
     """The first run ends at max_steps and is then marked interrupted, as a crash after its last checkpoint
     would leave it; the resumed run starts on the setting it had, and its tuner, holding the triples the first
     run measured, skips its random phase (one random setting asked for: two triples are enough)."""
@@ -174,8 +174,10 @@ def test_a_resumed_tuned_job_goes_on_on_its_checkpoints_setting_with_its_tuners_
     con.commit()
     (saved_setting,) = con.execute("select setting_id from checkpoints where step = 1500").fetchone()
 
-    resumed = job.run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning, max_steps=1800,
-                      patience=None, resume=True)
+    with caplog.at_level(logging.WARNING, logger="tfonline"):
+        resumed = job.run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning, max_steps=1800,
+                          patience=None, resume=True, setting={"ps": 2, "worker": 1})
+    assert f"resuming {first.job_id} on its checkpoint's setting" in caplog.text  # not the one given
     assert resumed.job_id == first.job_id and resumed.iterations == 1800
     (on,) = con.execute("select setting_id from segments where start_step = 1501").fetchone()
     assert on == saved_setting

@@ -45,7 +45,7 @@ from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
 from tfonline.reconfig.tensorflow import TensorFlowReconfig
 from tfonline.repository import Repository
 from tfonline.result import RunResult
-from tfonline.setting import knob_table, resolve_setting
+from tfonline.setting import knob_table, resolve_setting, short_form
 from tfonline.signature import Signature, signature
 from tfonline.tuner import Tuning
 from tfonline.tuner.schedule import Schedule
@@ -330,6 +330,9 @@ class Runner:
             self.recorder.job_resumed(self.resumed)
             logger.info("resuming %s from step %d (%s); %d iterations after it were lost", self.job_id,
                         self.resumed.step, self.resumed.checkpoint, self.resumed.last_step - self.resumed.step)
+            if self.requested_setting is not None:
+                logger.warning("resuming %s on its checkpoint's setting (%s): the setting given is not used",
+                               self.job_id, short_form(setting))
             return
         try:
             script = inspect.getfile(type(self.job))
