@@ -17,6 +17,7 @@ from tfonline.exceptions import (
     TfOnlineError,
 )
 from tfonline.job import MLJobFramework, RunResult
+from tfonline.sweep import sweep
 
 __version__ = "0.1.0"
 
@@ -31,4 +32,5 @@ __all__ = [
     "RunResult",
     "TfOnlineError",
     "__version__",
+    "sweep",
 ]

@@ -1,0 +1,66 @@
+"""Model-selection sweeps: a grid of one job class's attributes, one job after another on one cluster.
+
+``tfonline.sweep(MyJob, {"lr": [0.1, 0.01], "l2": [0, 1e-4]}, db="runs.db")``
+makes a ``MyJob()`` per combination, sets the grid's attributes on it, and
+runs it, tuned, on one embedded cluster started once for the whole sweep
+(node start-up is paid once, not per job). Each job of the sweep has the
+class's name, so its tuner starts from the triples the earlier jobs left in
+the repository (``tuning={"resume": True}``, the default), and skips its
+random phase once they hold more than ``random_settings``. Those triples'
+remaining times are the earlier jobs' own, not scaled to this job's
+curve: learning across jobs by similarity (issue 19) is not done yet.
+``tfonline report DB --compare ID ...`` compares the sweep's jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any
+
+from tfonline.exceptions import ConfigurationError
+from tfonline.result import RunResult
+
+
+def combinations(grid: dict[str, Any]) -> list[dict[str, Any]]:
+    """The grid's combinations, in order (the last attribute varies fastest)."""
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigurationError(f"grid must be a non-empty dict of attribute -> list of values, got {grid!r}")
+    for name, values in grid.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise ConfigurationError(f"grid values must be non-empty lists, got {name}={values!r}")
+    names = list(grid)
+    return [dict(zip(names, values)) for values in itertools.product(*(grid[n] for n in names))]
+
+
+def sweep(job_class, grid: dict[str, Any], *, db: str | os.PathLike = "tfonline.db", tune: bool = True,
+          nodes: int | None = None, cluster=None, **run_options) -> list[RunResult]:
+    """Runs ``job_class()`` once per combination of ``grid`` (each attribute set on the job before it runs),
+    one after another on one embedded cluster of ``nodes`` nodes (or on ``cluster``, a
+    :class:`tfonline.cluster.Cluster` or addresses, as ``run`` takes it); returns their results in order.
+
+    ``run_options`` go to every :meth:`MLJobFramework.run` (``setting``, ``mode``, ``max_seconds``, ...).
+
+    Raises:
+        ConfigurationError: the grid names an attribute the job class's jobs do not have, or is empty.
+    """
+    from tfonline.cluster import LocalCluster, default_node_count
+
+    runs = combinations(grid)
+    probe = job_class()
+    missing = [name for name in grid if not hasattr(probe, name)]
+    if missing:
+        known = sorted(n for n in dir(probe) if not n.startswith("_") and not callable(getattr(probe, n, None)))
+        raise ConfigurationError(f"grid names {missing[0]!r}, which {job_class.__name__} jobs do not have; they have: "
+                                 f"{', '.join(known)}")
+    if cluster is not None:
+        return [_one(job_class, values, db, tune, cluster, run_options) for values in runs]
+    with LocalCluster(default_node_count() if nodes is None else nodes) as started:
+        return [_one(job_class, values, db, tune, started, run_options) for values in runs]
+
+
+def _one(job_class, values: dict[str, Any], db, tune: bool, cluster, run_options: dict[str, Any]) -> RunResult:
+    job = job_class()
+    for name, value in values.items():
+        setattr(job, name, value)
+    return job.run(db=db, tune=tune, cluster=cluster, **run_options)
