@@ -29,10 +29,10 @@ class Keeper:
     """
 
     def __init__(self, job, engine, state, recorder, model_dir: str, *, seed: int, started: float,
-                 every_s: float | None = None, keep: int | None = None):
+                 every_s: float | None = None, keep: int | None = None, resumed: bool = False):
         self.job, self.engine, self.state, self.recorder, self.seed = job, engine, state, recorder, seed
         self.started, self.every_s = started, every_s
-        self.writer = CheckpointWriter(model_dir, keep)
+        self.writer = CheckpointWriter(model_dir, keep, adopt=resumed)
         self.latest: str | None = None
         self.metrics: dict[str, float] | None = None
         self._eval_graphs: dict[tuple, tuple] = {}

@@ -193,7 +193,8 @@ class Runner:
             if self.resumed is not None:
                 self.engine.restore(_resume.cluster_values(self.resumed.checkpoint, _graph.GLOBAL_STEP_NAME))
             self.keeper = Keeper(self.job, self.engine, self.state, self.recorder, self.model_dir, seed=self.seed,
-                                 started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints)
+                                 started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints,
+                                 resumed=self.resumed is not None)
             self.board = self._board()
             self.monitor = self._monitor(setting)
             try:

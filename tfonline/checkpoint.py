@@ -71,7 +71,8 @@ def user_variables(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 class CheckpointWriter:
-    """Writes a job's checkpoints into ``directory``, keeping the latest ``keep`` (None: all).
+    """Writes a job's checkpoints into ``directory``, keeping the latest ``keep`` (None: all); with ``adopt``
+    (a resumed job), the checkpoints already listed there count among them.
 
     One small graph in the driver holds a variable per user variable; each
     :meth:`write` assigns the values read from the cluster and saves them.
@@ -79,10 +80,10 @@ class CheckpointWriter:
     the first write and reused.
     """
 
-    def __init__(self, directory: str | os.PathLike, keep: int | None = None):
+    def __init__(self, directory: str | os.PathLike, keep: int | None = None, adopt: bool = False):
         if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 1):
             raise ConfigurationError(f"keep must be an integer >= 1 or None, got {keep!r}")
-        self.directory, self.keep = os.fspath(directory), keep
+        self.directory, self.keep, self.adopt = os.fspath(directory), keep, adopt
         self._graph = self._session = self._saver = None
         self._feeds: dict[str, Any] = {}
         self._assign = None
@@ -116,6 +117,9 @@ class CheckpointWriter:
             self._saver = tf.compat.v1.train.Saver(saved, max_to_keep=self.keep, save_relative_paths=True)
         graph.finalize()
         self._graph, self._session = graph, tf.compat.v1.Session(graph=graph)
+        state = tf.train.get_checkpoint_state(self.directory) if self.adopt else None
+        if state is not None:  # a resumed job's: the interrupted run's checkpoints count towards keep
+            self._saver.recover_last_checkpoints(list(state.all_model_checkpoint_paths))
 
     def close(self) -> None:
         if self._session is not None:
