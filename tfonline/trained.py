@@ -41,7 +41,8 @@ class TrainedModel:
             self.variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
             saver = tf.compat.v1.train.Saver(self.variables)
         self.session = tf.compat.v1.Session(graph=self.graph)
-        held = tf.train.load_checkpoint(self.checkpoint).get_variable_to_shape_map()
+        reader = tf.train.load_checkpoint(self.checkpoint)
+        held = reader.get_variable_to_shape_map()
         missing = sorted(set(self.variables) - set(held))
         if missing:
             self.session.close()
@@ -50,8 +51,7 @@ class TrainedModel:
                 f"{', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}")
         with self.graph.as_default():  # outside its graph, a Saver restores eagerly
             saver.restore(self.session, self.checkpoint)
-        self.step = int(tf.train.load_checkpoint(self.checkpoint).get_tensor(checkpoints.GLOBAL_STEP)) \
-            if checkpoints.GLOBAL_STEP in held else None
+        self.step = int(reader.get_tensor(checkpoints.GLOBAL_STEP)) if checkpoints.GLOBAL_STEP in held else None
 
     def evaluate(self, input_fn=None) -> dict[str, float]:
         """Each metric's mean over the dataset ``input_fn()`` returns (default: ``eval_input_fn``), its
