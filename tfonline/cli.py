@@ -135,7 +135,9 @@ def _estimate_quality(args) -> int:
 
 def _node(args) -> int:
     from tfonline._confine import BIND_VARIABLE, bound_to, check_bind_address, check_listening, is_wildcard
+    from tfonline._tensorflow import check_installed, require
 
+    check_installed()
     addresses = [a.strip() for a in args.cluster.split(",") if a.strip()]
     if not 0 <= args.index < len(addresses):
         raise ConfigurationError(f"--index must be in [0, {len(addresses) - 1}] for {len(addresses)} addresses, "
@@ -156,6 +158,7 @@ def _node(args) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfonline._node import _server_description, start_server
 
+    require()  # the version too, now that the process imports TensorFlow anyway
     server = start_server(addresses, args.index, args.intra, args.inter)
     check_listening(os.getpid(), int(addresses[args.index].rsplit(":", 1)[1]), bind, f"node {args.index}")
     print(json.dumps(_server_description(server)), flush=True)
@@ -208,9 +211,31 @@ def _simulator_commands(sub) -> None:
     calibrate.set_defaults(func=_calibrate)
 
 
+def version_text() -> str:
+    """``tfonline 0.2.0 (TensorFlow 2.21.0 from tensorflow-cpu, Python 3.11.7)``, without importing TensorFlow."""
+    import platform
+
+    from tfonline._tensorflow import installed_distribution
+    from tfonline._version import __version__
+
+    found = installed_distribution()
+    tensorflow = f"TensorFlow {found[1]} from {found[0]}" if found else "no TensorFlow"
+    return f"tfonline {__version__} ({tensorflow}, Python {platform.python_version()})"
+
+
+class _Version(argparse.Action):
+    """``--version``: the text is made only when asked for (it reads the installed packages' metadata)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tfonline", description="Self-tuning TensorFlow parameter-server training.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="tfonline's version, and the TensorFlow and Python it finds")
     sub = parser.add_subparsers(dest="command", required=True)
     report = sub.add_parser("report", help="what happened to the jobs in a repository")
     report.add_argument("db", help="the SQLite repository a job wrote")

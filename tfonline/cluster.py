@@ -304,6 +304,9 @@ class LocalCluster(Cluster):
         flags = env.get("TF_XLA_FLAGS", "")
         if "--tf_xla_cpu_global_jit" not in flags:
             env["TF_XLA_FLAGS"] = (flags + " --tf_xla_cpu_global_jit").strip()
+        # With a GPU build, each node of this host would otherwise map almost all of every
+        # visible GPU's memory at its first session, and the next node would find none.
+        env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
         return env
 
     def _spawn(self, deadline: float) -> _Process:

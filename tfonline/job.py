@@ -103,7 +103,11 @@ class MLJobFramework:
 
         Raises:
             ConfigurationError: ``checkpoint`` names no checkpoint, or one without this model's variables.
+            TensorFlowRequirementError: no TensorFlow is installed, or too old a one.
         """
+        from tfonline._tensorflow import require
+
+        require()
         from tfonline.trained import TrainedModel
 
         return TrainedModel(self, checkpoint)
@@ -215,7 +219,11 @@ class MLJobFramework:
             RepositoryError: ``db`` cannot be used.
             DatasetExhaustedError: a worker's data ended before convergence.
             NodeFailedError: a node process died during the job.
+            TensorFlowRequirementError: no TensorFlow is installed, or too old a one.
         """
+        from tfonline._tensorflow import require
+
+        require()
         self._validate(tune, mode)
         limits = (
             self.max_steps if max_steps is None else max_steps,

@@ -43,9 +43,12 @@ def sweep(job_class, grid: dict[str, Any], *, db: str | os.PathLike = "tfonline.
 
     Raises:
         ConfigurationError: the grid names an attribute the job class's jobs do not have, or is empty.
+        TensorFlowRequirementError: no TensorFlow is installed, or too old a one.
     """
+    from tfonline._tensorflow import require
     from tfonline.cluster import LocalCluster, default_node_count
 
+    require()
     runs = combinations(grid)
     probe = job_class()
     missing = [name for name in grid if not hasattr(probe, name)]

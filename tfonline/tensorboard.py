@@ -48,8 +48,9 @@ class EventWriter:
     :meth:`write_new` writes the rows added since the last one."""
 
     def __init__(self, repo: Repository, job_id: str, logdir: str | os.PathLike):
-        import tensorflow as tf
+        from tfonline._tensorflow import require
 
+        tf = require()
         self.tf, self.repo, self.job_id = tf, repo, job_id
         self.run_dir = os.path.join(os.fspath(logdir), file_stem(job_id))
         with tf.Graph().as_default():  # the v1 writer refuses eager mode; it needs no graph of its own

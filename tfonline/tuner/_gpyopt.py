@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import itertools
 import math
+import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -50,11 +53,29 @@ CLIMB_FROM = 5
 def _import():
     global _gpyopt
     if _gpyopt is None:
+        _give_gpyopt_its_version()
         with warnings.catch_warnings():
             import GPyOpt
 
             _gpyopt = GPyOpt
     return _gpyopt
+
+
+def _give_gpyopt_its_version() -> None:
+    """Provides ``GPyOpt.__version__`` from the package's metadata, so that GPyOpt is imported without
+    ``pkg_resources``, which setuptools 81 removed (patches/README.md).
+
+    GPyOpt 1.2.6's ``__version__`` module is its only use of ``pkg_resources``; a module already in
+    ``sys.modules`` under that name is what ``from .__version__ import __version__`` then finds.
+    """
+    name = "GPyOpt.__version__"
+    if name not in sys.modules:
+        module = types.ModuleType(name)
+        try:
+            module.__version__ = importlib.metadata.version("GPyOpt")
+        except importlib.metadata.PackageNotFoundError:
+            module.__version__ = "dev"  # what GPyOpt itself says then
+        sys.modules[name] = module
 
 
 @contextlib.contextmanager
