@@ -27,17 +27,19 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["tfonline", "tfonline.*"]),
     python_requires=">=3.10",
+    # Floors where pip would otherwise backtrack into releases it must build from source: beside
+    # TensorFlow 2.16 (numpy < 2, hence GPy 1.13 and scipy <= 1.12) it went as far as matplotlib 2.
     install_requires=[
-        "numpy",
-        "scipy",
-        "scikit-learn",
+        "numpy>=1.23.5",
+        "scipy>=1.10",
+        "scikit-learn>=1.3",
         "sqlite-utils>=3.35",
         "gpyopt==1.2.6",
         # GPyOpt imports GPy but does not declare it. Its one use of pkg_resources
         # (gone from setuptools 81) is handled by tfonline (patches/README.md).
         "GPy>=1.13",
         # GPyOpt imports pylab; the report draws its plots with it.
-        "matplotlib",
+        "matplotlib>=3.7",
         # The live progress display in a terminal.
         "rich>=13",
     ],

@@ -51,3 +51,7 @@ def __getattr__(name: str):
         globals()[name] = MLJobFramework
         return MLJobFramework
     raise AttributeError(f"module 'tfonline' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"MLJobFramework"})

@@ -51,6 +51,7 @@ def require():
         TensorFlowRequirementError: none is installed, or one older than the supported range.
     """
     check_installed()
+    _check_numpy()
     import tensorflow as tf
 
     check_version(tf.__version__)
@@ -68,6 +69,25 @@ def check_version(version: str) -> None:
         _warned.add(version)
         warnings.warn(f"tfonline is tested with TensorFlow {TENSORFLOW_MIN} to {TENSORFLOW_TESTED_MAX}, "
                       f"got {version}; it may work", stacklevel=3)
+
+
+def _check_numpy() -> None:
+    """TensorFlow before 2.18 was built for numpy 1: with numpy 2 its import fails in a long traceback.
+
+    It happens when pip installs tfonline into such an environment without being told to keep
+    that TensorFlow's requirements (GPy 1.15 needs numpy 2); this says so in one line, and how to undo it.
+    """
+    found = installed_distribution()
+    if found is None or not re.match(r"\d+\.\d+", found[1]) or _release(found[1]) >= (2, 18):
+        return
+    try:
+        numpy = importlib.metadata.version("numpy")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if _release(numpy)[0] >= 2:
+        raise TensorFlowRequirementError(
+            f"TensorFlow {found[1]} needs numpy < 2, got numpy {numpy}: pip install 'numpy<2' 'GPy<1.15' "
+            f"(installing tfonline with your TensorFlow named, pip install tfonline '{found[0]}=={found[1]}', keeps it)")
 
 
 def _release(version: str) -> tuple[int, int]:

@@ -28,6 +28,10 @@ def _report(args) -> int:
     from tfonline.report import collect, compare, compare_text, no_jobs_message, report_json, report_text
     from tfonline.repository import Repository
 
+    if args.tensorboard:
+        from tfonline._tensorflow import require
+
+        require()  # the event writer is TensorFlow's: say so before any report is printed
     repo = Repository(args.db, create=False)
     try:
         reports = [collect(repo, job) for job in repo.jobs(args.job)]

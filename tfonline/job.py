@@ -221,9 +221,6 @@ class MLJobFramework:
             NodeFailedError: a node process died during the job.
             TensorFlowRequirementError: no TensorFlow is installed, or too old a one.
         """
-        from tfonline._tensorflow import require
-
-        require()
         self._validate(tune, mode)
         limits = (
             self.max_steps if max_steps is None else max_steps,
@@ -256,6 +253,9 @@ class MLJobFramework:
                       tensorboard=tensorboard).run()
 
     def _validate(self, tune: bool, mode: str) -> None:
+        from tfonline._tensorflow import require
+
+        require()  # before anything else: without it nothing below matters
         for method, signature in REQUIRED_METHODS.items():
             if getattr(type(self), method) is getattr(MLJobFramework, method):
                 raise JobDefinitionError(f"{self.name} must define {signature}; it is missing")
