@@ -34,6 +34,7 @@ class CNN(tfonline.MLJobFramework):
     smoothing_window = 30
     shift = 0  # pixels each image may move each way, drawn anew per read (data augmentation)
     noise = 0.0  # the standard deviation of Gaussian noise added to each image per read
+    learning_rate = 0.02  # an attribute, so that a sweep can set it (tfonline.sweep)
 
     def __init__(self, digits: str = "mnist"):
         self.images, self.labels = load_digits(digits, split="train")
@@ -66,7 +67,7 @@ class CNN(tfonline.MLJobFramework):
         return tf.matmul(x, _weight("fc2", [256, 10])) + _bias("fc2_b", 10)
 
     def optimizer_fn(self):
-        return tf.compat.v1.train.MomentumOptimizer(0.02, momentum=0.9)
+        return tf.compat.v1.train.MomentumOptimizer(self.learning_rate, momentum=0.9)
 
 
 def main(argv=None):

@@ -17,6 +17,7 @@ class LogR(SparseExample):
     target_loss = 0.56
     max_seconds = 300
     smoothing_window = 50
+    learning_rate = 0.5  # an attribute, so that a sweep can set it (tfonline.sweep)
 
     def model_fn(self, features, labels):
         indices, values = features
@@ -28,7 +29,7 @@ class LogR(SparseExample):
         return loss + 1e-6 * tf.nn.l2_loss(rows)
 
     def optimizer_fn(self):
-        return tf.compat.v1.train.AdagradOptimizer(0.5)
+        return tf.compat.v1.train.AdagradOptimizer(self.learning_rate)
 
 
 def main(argv=None):

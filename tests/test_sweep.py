@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
 from jobs import TinyLogR
 
 import tfonline
+from tfonline.cli import main
 from tfonline.exceptions import ConfigurationError
 from tfonline.sweep import combinations
 
@@ -38,3 +40,31 @@ def test_a_sweep_runs_each_combination_as_a_job_of_the_class_on_one_cluster(clus
     assert names == ["TinyLogR", "TinyLogR"]  # one name: a later job's tuner starts from the earlier ones' triples
     # each ran with its own learning rate: the slower one needs more iterations to the same target
     assert results[1].iterations > 2 * results[0].iterations
+
+
+def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_says_which(cluster, db_path, capsys):
+    """Issue 19's warm start on real jobs: the second job of a sweep (same workload, another learning rate)
+    inherits the first's triples at distance 0 and skips its random phase; a job of another name but the
+    same workload inherits too; one with 16x the parameters inherits nothing."""
+    from jobs import TunedLogR
+
+    tuning = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
+              "exploration_budget": None}
+    first, second = tfonline.sweep(TunedLogR, {"lr": [0.01, 0.02]}, db=db_path, cluster=cluster, quiet=True,
+                                   setting={"ps": 2, "worker": 1}, tuning=tuning)
+    namesake = TinyLogR().run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning, max_steps=60)
+    wider = TinyLogR(hash_bits=16).run(db=db_path, cluster=cluster, quiet=True, tune=True, tuning=tuning,
+                                       max_steps=60)
+    assert main(["report", db_path, "--format", "json"]) == 0
+    jobs = {j["id"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
+    assert jobs[first.job_id]["inherited"] == []
+    (source,) = jobs[second.job_id]["inherited"]
+    learnt = sqlite3.connect(db_path).execute("select count(*) from triples where job_id = ? and remaining_s is not "
+                                              "null", (first.job_id,)).fetchone()[0]
+    assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt} and learnt >= 3
+    assert "random" not in [p["phase"] for p in jobs[second.job_id]["phases"]]  # inherited weight >= 2 + 1
+    assert [s["job_id"] for s in jobs[namesake.job_id]["inherited"]] == [first.job_id, second.job_id]
+    assert jobs[wider.job_id]["inherited"] == []
+    assert main(["report", db_path, "--job", second.job_id]) == 0
+    assert (f"  inherited:       {learnt} observations from 1 job: {first.job_id} (TunedLogR, distance 0.00, "
+            f"{learnt})") in capsys.readouterr().out

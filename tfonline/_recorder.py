@@ -154,6 +154,13 @@ class Recorder:
     def model_dir(self, directory: str) -> None:
         self.repo.update("jobs", self.job_id, {"model_dir": directory})
 
+    def inherited(self, inheritance) -> None:
+        """The jobs the tuner inherited triples from (a :class:`tfonline.tuner.inherit.Inheritance`), if any."""
+        for source in (inheritance.sources if inheritance is not None else ()):
+            self.repo.insert("inheritances", {"job_id": self.job_id, "from_job_id": source.job_id,
+                                              "name": source.name, "distance": source.distance,
+                                              "triples": source.triples}, replace=True)
+
     def signature(self, signature) -> None:
         """The workload's :class:`tfonline.signature.Signature`."""
         self.repo.update("jobs", self.job_id, {"signature": json.dumps(signature.to_dict())})

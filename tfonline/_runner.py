@@ -260,7 +260,8 @@ class Runner:
         manager = None
         if self.tuning is not None:
             manager = self._schedule or self.tuning.manager(self.space, setting, self.job, self.recorder.repo,
-                                                            self.seed, self.reconfig)
+                                                            self.seed, self.reconfig, self.job_id, self.signature)
+            self.recorder.inherited(getattr(manager, "inheritance", None))
             state.phase = manager.phase
             self.recorder.phase(manager.phase, state.step + 1)
         workers = Workers(state)

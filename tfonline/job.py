@@ -173,8 +173,9 @@ class MLJobFramework:
                 (default 0.02: a segment lasts at least 50 times the
                 tuner's latest decision, so deciding takes at most 2% of
                 the job; None: no such bound) and ``resume`` (default
-                True: start from the triples earlier runs of this job left
-                in ``db``).
+                True: start from the triples that earlier jobs in ``db``
+                with a similar workload left, see
+                :mod:`tfonline.tuner.inherit`).
             reconfig: how a switch is made (see :mod:`tfonline.reconfig`):
                 ``"online"`` (the cheapest technique built for the change)
                 ``"restart"`` (always read, rebuild and restore) or

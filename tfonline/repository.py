@@ -39,7 +39,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -178,6 +178,10 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "resumes": (  # v6: a job resumed from a checkpoint, rewound to its step
         {"job_id": str, "resumed_at": float, "step": int, "checkpoint": str, "lost_steps": int, "gap_s": float},
         ("job_id", "resumed_at"),
+    ),
+    "inheritances": (  # v7: the earlier jobs a tuned job's tuner started from (tfonline.tuner.inherit)
+        {"job_id": str, "from_job_id": str, "name": str, "distance": float, "triples": int},
+        ("job_id", "from_job_id"),
     ),
     "evaluations": (
         {"job_id": str, "step": int, "metric": str, "value": float, "cost_s": float, "wall_time": float},

@@ -3,13 +3,12 @@
 ``tfonline.sweep(MyJob, {"lr": [0.1, 0.01], "l2": [0, 1e-4]}, db="runs.db")``
 makes a ``MyJob()`` per combination, sets the grid's attributes on it, and
 runs it, tuned, on one embedded cluster started once for the whole sweep
-(node start-up is paid once, not per job). Each job of the sweep has the
-class's name, so its tuner starts from the triples the earlier jobs left in
-the repository (``tuning={"resume": True}``, the default), and skips its
-random phase once they hold more than ``random_settings``. Those triples'
-remaining times are the earlier jobs' own, not scaled to this job's
-curve: learning across jobs by similarity (issue 19) is not done yet.
-``tfonline report DB --compare ID ...`` compares the sweep's jobs.
+(node start-up is paid once, not per job). The jobs of a sweep share one
+workload signature, so each one's tuner starts from the triples the
+earlier ones left in the repository (``tuning={"resume": True}``, the
+default; :mod:`tfonline.tuner.inherit`), and skips its random phase once
+they weigh more than ``random_settings``. ``tfonline report DB --compare
+ID ...`` compares the sweep's jobs.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ JSON_SCHEMA = {
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
     "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
     "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
+    "inherited": "[{job_id, name, distance, triples}]: the earlier jobs its tuner started from, nearest first",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -212,6 +213,8 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "signature": json.loads(job["signature"]) if job.get("signature") else None,
         "resumes": list(repo.rows("select step, lost_steps, gap_s, checkpoint from resumes where job_id = ? "
                                   "order by resumed_at", (job_id,))),
+        "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples from inheritances "
+                                    "where job_id = ? order by distance, from_job_id", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
@@ -230,6 +233,15 @@ def _fmt(value: Any, spec: str = ".4g", missing: str = "-") -> str:
     return missing if value is None else format(value, spec)
 
 
+def inherited_text(sources: list[dict[str, Any]]) -> str:
+    """What a tuned job's tuner started from: ``12 observations from 2 jobs: ID (Name, distance 0.00, 9), ...``."""
+    if not sources:
+        return "nothing (no earlier job in this repository with a similar workload)"
+    count = sum(s["triples"] for s in sources)
+    listed = ", ".join(f"{s['job_id']} ({s['name']}, distance {s['distance']:.2f}, {s['triples']})" for s in sources)
+    return f"{count} observation{'s' if count != 1 else ''} from {len(sources)} job{'s' if len(sources) != 1 else ''}: {listed}"
+
+
 def job_text(report: dict[str, Any]) -> str:
     """One job's report (from :func:`collect`) as text."""
     r = report
@@ -246,6 +258,8 @@ def job_text(report: dict[str, Any]) -> str:
     lines.append(f"  iterations:      {r['iterations']}")
     if r["signature"] is not None:
         lines.append(f"  workload:        {Signature.from_dict(r['signature']).describe()}")
+    if r["tuned"]:
+        lines.append(f"  inherited:       {inherited_text(r['inherited'])}")
     lines.append(f"  target loss:     {_fmt(r['target_loss'], 'g')}    final loss: {_fmt(r['final_loss'])}"
                  " (smoothed)")
     lines.append("  time in phases:  " + ", ".join(

@@ -59,6 +59,10 @@ def job_section(repo: Repository, r: dict[str, Any], folder: str, paths: dict[st
     ]
     summary += [["resumed", f"at step {e['step']}, {e['lost_steps']} iterations lost, after a gap of "
                             f"{e['gap_s']:.1f} s"] for e in r.get("resumes", [])]
+    if r["tuned"]:
+        from tfonline.report import inherited_text
+
+        summary.append(["inherited", inherited_text(r.get("inherited", []))])
     if r.get("evaluations"):
         last = r["evaluations"][-1]
         summary.append(["held-out metrics", ", ".join(f"{k} {v:.4g}" for k, v in last["metrics"].items())

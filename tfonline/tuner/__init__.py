@@ -11,17 +11,15 @@
 
 from __future__ import annotations
 
-import json
-import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline.setting import Knob
-from tfonline.tuner.convergence import slope_from_columns
+from tfonline.tuner.inherit import Inheritance, inherit
 from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
 from tfonline.tuner.space import KnobSpace
 
-__all__ = ["Tuning", "KnobSpace", "TuningManager", "Triple", "check_options", "load_triples"]
+__all__ = ["Tuning", "Inheritance", "KnobSpace", "TuningManager", "Triple", "check_options", "inherit", "load_triples"]
 
 
 @dataclass
@@ -54,33 +52,21 @@ class Tuning:
         return KnobSpace(node_count, os.cpu_count() or 1, restrict, tuple(self.extra_knobs))
 
     def manager(self, space: KnobSpace, start: dict[str, Any], job, repo, seed: int,
-                technique: str = "online") -> TuningManager:
-        history = load_triples(repo, job.name, space) if self.resume else []
-        return TuningManager(
+                technique: str = "online", job_id: str | None = None, signature=None) -> TuningManager:
+        """The job's tuning manager, started from what it inherits (``resume``: see :mod:`tfonline.tuner.inherit`);
+        its ``inheritance`` says from which jobs."""
+        inheritance = inherit(repo, job_id, job.name, signature, space) if self.resume else Inheritance()
+        manager = TuningManager(
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
-            history=history, exploration_budget=self.exploration_budget, technique=technique,
+            history=inheritance.triples, exploration_budget=self.exploration_budget, technique=technique,
             overhead_share=self.overhead_share)
+        manager.inheritance = inheritance
+        return manager
 
 
 def load_triples(repo, job_name: str, space: KnobSpace) -> list[Triple]:
-    """The usable triples that earlier runs of ``job_name`` left in the repository, within ``space``.
-
-    This is how a job restarted on the same repository resumes tuning: its
-    GP starts from what the earlier runs learnt, and its convergence speeds
-    from their segments' slopes (none for triples written before schema v5).
-    """
-    rows = repo.rows(
-        "select t.loss_before, t.per_iteration_s, t.remaining_iterations, t.remaining_s, t.slope_loss, t.slope, "
-        "t.slope_se, s.knobs "
-        "from triples t join jobs j on j.id = t.job_id join settings s on s.id = t.setting_id "
-        "where j.name = ? and t.remaining_s is not null order by j.started_at, t.segment", (job_name,))
-    triples = []
-    for row in rows:
-        setting = json.loads(row["knobs"])
-        if not space.contains(setting) or not math.isfinite(row["loss_before"]):
-            continue
-        triples.append(Triple(setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"],
-                              row["remaining_s"], slope=slope_from_columns(row)))
-    return triples
+    """The usable triples that earlier runs of ``job_name`` left in the repository, within ``space``, by name
+    alone (no signature): what :func:`tfonline.tuner.inherit.inherit` gives a job without one."""
+    return inherit(repo, None, job_name, None, space).triples

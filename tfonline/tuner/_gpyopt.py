@@ -61,6 +61,11 @@ def _import():
     return _gpyopt
 
 
+def inherited(observations: Sequence[Observation]) -> bool:
+    """Whether any observation comes from another job at a distance: the GP then has a job column."""
+    return any(o.distance > 0 for o in observations)
+
+
 def _give_gpyopt_its_version() -> None:
     """Provides ``GPyOpt.__version__`` from the package's metadata, so that GPyOpt is imported without
     ``pkg_resources``, which setuptools 81 removed (patches/README.md).
@@ -100,6 +105,7 @@ class Observation:
     setting: dict[str, Any]
     loss: float
     per_iteration_s: float
+    distance: float = 0.0  # inherited from another job: its workload's distance from this one's (0: this job's)
 
 
 def window(observations: Sequence[Observation], size: int = MAX_OBSERVATIONS) -> list[Observation]:
@@ -190,8 +196,10 @@ class GPOptimizer:
         losses = [o.loss for o in observations] + [loss]
         low, high = min(losses), max(losses)
         pad = max(1e-6, 0.05 * (high - low))
+        far = max(o.distance for o in observations)
         return self.space.gpyopt_domain() + [
-            {"name": "loss", "type": "continuous", "domain": (max(0.0, low - pad), high + pad)}]
+            {"name": "loss", "type": "continuous", "domain": (max(0.0, low - pad), high + pad)}] + (
+            [{"name": "job", "type": "continuous", "domain": (0.0, far)}] if far > 0 else [])
 
     def _constraints(self) -> list[dict[str, str]] | None:
         free = self.space.free
@@ -206,16 +214,21 @@ class GPOptimizer:
 
     def _model(self, observations: Sequence[Observation], loss: float):
         gpyopt = _import()
-        x = np.array([self.space.encode(o.setting) + [o.loss] for o in observations], dtype=float)
+        jobs = inherited(observations)
+        x = np.array([self.space.encode(o.setting) + [o.loss] + ([o.distance] if jobs else []) for o in observations],
+                     dtype=float)
         y = np.log(np.array([[max(o.per_iteration_s, 1e-12)] for o in observations], dtype=float))
         domain = self._domain(observations, loss)
-        width = gpyopt.core.task.space.Design_space(domain).dimensionality  # one-hot columns included
+        width = gpyopt.core.task.space.Design_space(domain).dimensionality - jobs  # one-hot columns included
         gpy = gpyopt.models.gpmodel.GPy
         knobs = list(range(width - 1))
         kernel = (gpy.kern.Matern52(width - 1, active_dims=knobs, ARD=True, name="setting")
                   + gpy.kern.Matern52(1, active_dims=[width - 1], name="loss")
                   + gpy.kern.Matern52(width - 1, active_dims=knobs, ARD=True, name="setting_by_loss")
                   * gpy.kern.Matern52(1, active_dims=[width - 1], name="loss_by_setting"))
+        if jobs:  # how far another job's times carry over (a product), and by how much its level differs (a sum)
+            kernel = (kernel * gpy.kern.Matern52(1, active_dims=[width], name="job")
+                      + gpy.kern.Matern52(1, active_dims=[width], name="job_level"))
         bo = gpyopt.methods.BayesianOptimization(
             f=None, domain=domain, constraints=self._constraints(), X=x, Y=y, kernel=kernel,
             acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False, optimize_restarts=2,
@@ -323,6 +336,7 @@ class Fitted:
                  current: dict[str, Any], iterations_left: float, speed: SpeedOf | None):
         self.optimizer, self.space, self.bo, self.y = optimizer, optimizer.space, bo, y
         self.observations, self.loss, self.speed = list(observations), float(loss), speed
+        self.context = [self.loss] + ([0.0] if inherited(observations) else [])  # predictions are for this job
         self.offset = math.log(max(iterations_left, 1e-12))
         self.current_key = self._keys([current])[0]
         mean, var = self._latent(np.array([self.space.encode(current)], dtype=float))
@@ -355,7 +369,7 @@ class Fitted:
 
     def _latent(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The GP's mean and variance of log t (measurement noise left out) at encoded settings, plus log N."""
-        x = np.column_stack([grid, np.full(len(grid), self.loss)])
+        x = np.column_stack([grid] + [np.full(len(grid), value) for value in self.context])
         columns = []
         for k, variable in enumerate(self.bo.space.space_expanded):  # GPyOpt's unzip_inputs, without its loop
             if variable.type == "categorical":
@@ -384,7 +398,7 @@ class Fitted:
         the noise SD × R̂, more than a cheap switch's cost, and the job hopped
         between settings that differ in nothing that matters.
         """
-        zipped = np.array([self.space.encode(s) + [self.loss] for s in settings], dtype=float)
+        zipped = np.array([self.space.encode(s) + self.context for s in settings], dtype=float)
         inputs = self.bo.space.unzip_inputs(zipped)
         mean, _ = self.bo.model.predict(inputs, with_noise=False)
         cov = np.atleast_2d(self.bo.model.predict_covariance(inputs, with_noise=False))

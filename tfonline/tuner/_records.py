@@ -67,6 +67,8 @@ class Triple:
     reason: str | None = None
     slope: SegmentSlope | None = None  # how the loss fell in the segment (its setting's convergence speed)
     speed: float | None = None  # ρ̃, the setting's speed relative to the job's curve, when R̂ was made
+    distance: float = 0.0  # inherited: its job's workload distance from this one's (tfonline.tuner.inherit)
+    source: str | None = None  # inherited: the job it came from; None: this job's own
 
     @property
     def usable(self) -> bool:

@@ -221,9 +221,12 @@ class TuningManager:
         self.resumed = len(self.triples)
         self.random_done = 0
         self.overhead_s = 0.0
-        # Resuming with enough observations skips the random phase.
+        # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
+        # random phase by their weight and skip it at random_settings + 1 (tfonline.tuner.inherit).
         self.phase = "initial"
-        self._skip_random = self.resumed >= random_settings + 1
+        self.inherited_weight = sum(math.exp(-t.distance) for t in self.triples)
+        self._skip_random = self.inherited_weight >= random_settings + 1
+        self.random_settings = max(0, random_settings - int(self.inherited_weight))
         self.job_steps: list[float] = []
         self.job_losses: list[float] = []
         self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
@@ -399,14 +402,14 @@ class TuningManager:
 
     def time_share(self) -> float:
         """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""
-        usable = [t for t in self.triples if t.usable]
+        usable = [t for t in self.triples if t.usable and t.source is None]
         if not usable or not self.elapsed_s > 0:
             return 0.0
         return self.elapsed_s / (self.elapsed_s + usable[-1].remaining_s)
 
     def usable_observations(self) -> list[Observation]:
         """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
-        return [Observation(t.setting, t.loss_before, t.per_iteration_s) for t in self.triples
+        return [Observation(t.setting, t.loss_before, t.per_iteration_s, t.distance) for t in self.triples
                 if t.per_iteration_s is not None and math.isfinite(t.loss_before)]
 
     def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
@@ -538,7 +541,7 @@ class TuningManager:
 
     def exploration_left(self) -> float | None:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
-        usable = [t for t in self.triples if t.usable]
+        usable = [t for t in self.triples if t.usable and t.source is None]
         return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
 
     def _explore(self) -> None:
@@ -549,7 +552,7 @@ class TuningManager:
         """The lowest mean time per iteration of any setting seen (each setting's mean over its segments)."""
         times: dict[str, list[float]] = {}
         for t in self.triples:
-            if t.per_iteration_s is not None:
+            if t.per_iteration_s is not None and t.distance == 0:  # another workload's times are on its own scale
                 times.setdefault(setting_key(t.setting), []).append(t.per_iteration_s)
         return min((float(np.mean(v)) for v in times.values()), default=None)
 

@@ -1,0 +1,117 @@
+"""Learning across jobs (issue 19): what a job's tuner inherits from earlier jobs, chosen by workload signature."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import simulated as sim
+from scipy.stats import spearmanr
+
+from tfonline.repository import Repository
+from tfonline.setting import setting_key
+from tfonline.signature import Signature
+from tfonline.tuner import Triple, inherit, load_triples
+from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
+
+pytestmark = pytest.mark.fast  # no cluster: a simulated job, a repository written here
+
+LOGR = Signature(variables=2, parameter_bytes=16_388, largest_bytes=16_384, partitioned=False, sparse_reads=True,
+                 ops=127, madds_per_example=0.0, batch_size=32, example_shapes=((8,), (8,)),
+                 optimizer="AdagradOptimizer", mode="async")
+
+
+def _settings(space, count, seed):
+    rng = random.Random(seed)
+    return [space.sample(rng) for _ in range(count)]
+
+
+def _fit(space, observations, current, seed=0):
+    optimizer = GPOptimizer(space, seed=seed)
+    with _contained(seed, 0):
+        return optimizer.fit(observations, 0.5, current)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_similar_jobs_observations_teach_the_gp_the_settings_this_job_has_not_tried(seed):
+    """Another job (distance 0.3) 1.5x slower everywhere, measured on 12 settings; this job on 4. Its GP
+    ranks 20 settings neither tried by this job's true times far better than with its own 4 alone, and
+    predicts them at this job's level."""
+    space = sim.space()
+    tried = _settings(space, 16, seed)
+    unseen = _settings(space, 20, seed + 100)
+    truth = np.log([sim.seconds_per_iteration(s) for s in unseen])
+    own = [Observation(s, 0.5, sim.seconds_per_iteration(s)) for s in tried[:4]]
+    other = [Observation(s, 0.55, 1.5 * sim.seconds_per_iteration(s), distance=0.3) for s in tried[4:]]
+    with_other = _fit(space, other + own, tried[0], seed).predict(unseen)[0]
+    alone = _fit(space, own, tried[0], seed).predict(unseen)[0]
+    assert spearmanr(with_other, truth)[0] > 0.9
+    assert spearmanr(with_other, truth)[0] > spearmanr(alone, truth)[0] + 0.25
+    # ... and its level is this job's, not the other job's 1.5x: within 10% on average at the unseen settings
+    assert abs(np.mean(with_other - truth)) < math.log(1.1)
+
+
+def _repository(tmp_path, jobs):
+    """A repository holding ``jobs``: (id, name, signature or None, triples) each."""
+    repo = Repository(tmp_path / "runs.db")
+    for n, (job_id, name, signature, triples) in enumerate(jobs):
+        repo.insert("jobs", {"id": job_id, "name": name, "started_at": float(n), "status": "converged",
+                             "signature": json.dumps(signature.to_dict()) if signature else None})
+        for i, t in enumerate(triples):
+            repo.insert("settings", {"id": setting_key(t.setting), "knobs": json.dumps(t.setting), "short": ""},
+                        replace=True)
+            repo.insert("triples", {"job_id": job_id, "segment": i, "setting_id": setting_key(t.setting),
+                                    "loss_before": t.loss_before, "per_iteration_s": t.per_iteration_s,
+                                    "remaining_iterations": 100.0, "remaining_s": t.per_iteration_s * 100})
+    repo.flush()
+    return repo
+
+
+def _triples(space, count, seed, scale=1.0):
+    return [Triple(s, 0.6, scale * sim.seconds_per_iteration(s), 100.0, 1.0) for s in _settings(space, count, seed)]
+
+
+def test_a_job_inherits_from_similar_workloads_whatever_their_names_and_nothing_from_others(tmp_path):
+    space = sim.space()
+    wider = dataclasses.replace(LOGR, parameter_bytes=LOGR.parameter_bytes * 2)  # distance ln 2 = 0.69
+    huge = dataclasses.replace(LOGR, parameter_bytes=LOGR.parameter_bytes * 16)  # ln 16 = 2.77: too far
+    other_optimizer = dataclasses.replace(LOGR, optimizer="AdamOptimizer")  # 1.0: the edge, kept
+    repo = _repository(tmp_path, [
+        ("sweep-lr-0.1", "LogR", LOGR, _triples(space, 4, 0)),
+        ("wider", "WideLogR", wider, _triples(space, 3, 1)),
+        ("huge", "HugeLogR", huge, _triples(space, 5, 2)),
+        ("adam", "AdamLogR", other_optimizer, _triples(space, 2, 3)),
+        ("unsigned", "Legacy", None, _triples(space, 2, 4)),
+        ("me", "LogR", LOGR, _triples(space, 2, 5)),  # this job's own, from before a resume
+    ])
+    got = inherit(repo, "me", "LogR", LOGR, space)
+    assert [(s.job_id, round(s.distance, 2), s.triples) for s in got.sources] == [
+        ("sweep-lr-0.1", 0.0, 4), ("wider", 0.69, 3), ("adam", 1.0, 2)]  # nearest first
+    assert [t.source for t in got.triples] == ["adam"] * 2 + ["wider"] * 3 + ["sweep-lr-0.1"] * 4 + [None] * 2
+    assert got.weight == pytest.approx(sum(s.weight for s in got.sources) + 2)  # this job's own count whole
+    assert got.weight == pytest.approx(2 * math.exp(-1) + 3 * 0.5 + 4 + 2, rel=1e-4)
+    # A job unlike any of them inherits only its own; by name alone (no signature), its namesakes.
+    assert inherit(repo, None, "Other", huge, space).sources[0].job_id == "huge"
+    assert [s.job_id for s in inherit(repo, None, "Other", dataclasses.replace(huge, mode="sync", batch_size=256), space).sources
+            ] == []
+    assert [t.source for t in load_triples(repo, "Legacy", space)] == ["unsigned"] * 2
+    repo.close()
+
+
+def test_the_inherited_weight_shortens_or_skips_the_random_phase_and_the_budget_uses_only_this_jobs_times():
+    space = sim.space()
+    near = [dataclasses.replace(t, distance=0.0, source="a") for t in _triples(space, 4, 0)]
+    far = [dataclasses.replace(t, distance=1.0, source="b", per_iteration_s=100.0) for t in _triples(space, 3, 1)]
+    manager = sim.make_manager(space, 0, history=far + near)
+    assert manager.inherited_weight == pytest.approx(4 + 3 * math.exp(-1))
+    assert manager.random_settings == 10 - 5  # the paper's N = 10, less the weight's whole part
+    assert manager.best_per_iteration_s() == pytest.approx(min(t.per_iteration_s for t in near))
+    assert manager.time_share() == 0.0  # no R̂ of its own yet: another job's remaining time is not this one's
+    decisions = sim.SimulatedJob(0).drive(manager, 8)
+    assert [d.phase for d in decisions].count("random") <= 5
+    skipped = sim.make_manager(space, 0, history=[dataclasses.replace(t, source="a") for t in _triples(space, 11, 2)])
+    assert [d.phase for d in sim.SimulatedJob(0).drive(skipped, 3)] == ["online"] * 3

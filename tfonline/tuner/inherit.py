@@ -1,0 +1,110 @@
+"""What a new job's tuner inherits from the jobs before it in the repository: their triples, by similarity.
+
+OtterTune maps a new database workload to the most similar one it has seen
+and starts from its observations; here a job's workload signature
+(:mod:`tfonline.signature`) decides. Every earlier job whose signature is
+within :data:`INHERIT_DISTANCE` of this one's gives its triples (setting,
+loss, time per iteration, R̂, the segment's slope), each marked with that
+distance. The GP takes the distance as an input (0 for this job's own
+observations, see :class:`tfonline.tuner._gpyopt.GPOptimizer`), so it
+learns how far another job's times carry over; the random phase is
+shortened by the inherited triples' weight, ``exp(-distance)`` each, and
+skipped when that weight reaches ``random_settings + 1``.
+
+- Two jobs of a sweep (the same model, another learning rate) have the same
+  signature: distance 0, their times carry over whole.
+- A job run again under its name (the second run on a repository)
+  inherits as today, at the distance between the two signatures (0 when
+  either has none, as before signatures were recorded).
+- A job unlike any before it inherits nothing and tunes as if alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+from tfonline.signature import Signature, distance
+from tfonline.tuner._records import Triple
+from tfonline.tuner.convergence import slope_from_columns
+from tfonline.tuner.space import KnobSpace
+
+# Farther than this (about a factor of e in the parameters' bytes or the work per example, or another
+# optimizer or mode), another job's times are not evidence about this one's.
+INHERIT_DISTANCE = 1.0
+
+
+@dataclass(frozen=True)
+class Source:
+    """One earlier job this job's tuner inherited from."""
+
+    job_id: str
+    name: str
+    distance: float
+    triples: int
+
+    @property
+    def weight(self) -> float:
+        return self.triples * math.exp(-self.distance)
+
+
+@dataclass
+class Inheritance:
+    """The triples a job starts from (farthest first, its own run's last) and where they came from."""
+
+    triples: list[Triple] = field(default_factory=list)
+    sources: list[Source] = field(default_factory=list)
+
+    @property
+    def weight(self) -> float:
+        """How many observations of this job the inherited ones are worth: ``exp(-distance)`` each."""
+        return sum(math.exp(-t.distance) for t in self.triples)
+
+
+def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
+            max_distance: float = INHERIT_DISTANCE) -> Inheritance:
+    """The usable triples of earlier jobs in ``repo`` whose workload is within ``max_distance`` of this one's.
+
+    ``job_id``'s own triples (a resumed job) come last, at distance 0 and with no source: they are the
+    job's own. Triples outside ``space`` (another cluster's layouts) are left out.
+    """
+    rows = repo.rows(
+        "select j.id as job_id, j.name, j.signature, t.loss_before, t.per_iteration_s, t.remaining_iterations, "
+        "t.remaining_s, t.slope_loss, t.slope, t.slope_se, s.knobs "
+        "from triples t join jobs j on j.id = t.job_id join settings s on s.id = t.setting_id "
+        "where t.remaining_s is not null order by j.started_at, t.segment")
+    by_job: dict[str, list[Triple]] = {}
+    names: dict[str, str] = {}
+    distances: dict[str, float | None] = {}
+    for row in rows:
+        jid = row["job_id"]
+        if jid not in distances:
+            names[jid] = row["name"]
+            distances[jid] = 0.0 if jid == job_id else _distance(job_name, signature, row["name"], row["signature"])
+        d = distances[jid]
+        setting = json.loads(row["knobs"])
+        if d is None or d > max_distance or not space.contains(setting) or not math.isfinite(row["loss_before"]):
+            continue
+        by_job.setdefault(jid, []).append(Triple(
+            setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"], row["remaining_s"],
+            slope=slope_from_columns(row), distance=d, source=None if jid == job_id else jid))
+    others = sorted((jid for jid in by_job if jid != job_id), key=lambda jid: -distances[jid])  # nearest last
+    inheritance = Inheritance()
+    for jid in others + ([job_id] if job_id in by_job else []):
+        inheritance.triples += by_job[jid]
+        if jid != job_id:
+            inheritance.sources.append(Source(jid, names[jid], distances[jid], len(by_job[jid])))
+    inheritance.sources.reverse()  # nearest first, as the report lists them
+    return inheritance
+
+
+def _distance(name: str, signature: Signature | None, other_name: str, other: str | None) -> float | None:
+    """This job's distance to another: by signatures when both have one; 0 for the same name when either
+    lacks one (a repository from before signatures); None (not comparable) otherwise."""
+    if signature is not None and other:
+        try:
+            return distance(signature, Signature.from_dict(json.loads(other)))
+        except (TypeError, ValueError, KeyError):
+            pass  # a signature this tfonline cannot read: judged by the name alone
+    return 0.0 if name == other_name else None
