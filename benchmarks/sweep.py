@@ -97,7 +97,7 @@ def _fixed(name, mode, grid, cap, db, log) -> dict:
     candidates = {"default": None, "best-known": best_known_fixed(name, nodes)}
     out = {}
     with LocalCluster(nodes) as cluster:
-        for index in MEASURED_FIXED[: len(grid)]:
+        for index in [i for i in MEASURED_FIXED if i < len(grid)]:
             runs = {}
             for label, setting in candidates.items():
                 if label != "default" and setting is None:

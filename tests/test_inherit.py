@@ -115,3 +115,17 @@ def test_the_inherited_weight_shortens_or_skips_the_random_phase_and_the_budget_
     assert [d.phase for d in decisions].count("random") <= 5
     skipped = sim.make_manager(space, 0, history=[dataclasses.replace(t, source="a") for t in _triples(space, 11, 2)])
     assert [d.phase for d in sim.SimulatedJob(0).drive(skipped, 3)] == ["online"] * 3
+
+
+def test_with_inherited_observations_but_no_estimate_of_its_own_curve_the_job_stays():
+    """The CNN sweep's second job hit this (benchmarks/sweep.py, smoke): its random phase skipped, the GP had
+    observations, but the estimator could not yet fit the job's own curve; the tuner then raised."""
+    from tfonline.tuner.manager import SegmentRun
+
+    space = sim.space()
+    manager = sim.make_manager(space, 0, history=[dataclasses.replace(t, source="a") for t in _triples(space, 11, 2)])
+    steps = np.arange(1, 41)
+    rising = SegmentRun(manager.current, steps, np.linspace(0.7, 0.9, 40), 0.01 * steps, 0.7, 0.9)  # no curve to fit
+    decision = manager.on_segment_end(rising)
+    assert decision.phase == "online" and not decision.switch
+    assert decision.reason == "no estimate of this job's curve yet: stay"

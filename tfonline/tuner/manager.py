@@ -508,6 +508,8 @@ class TuningManager:
         if len(observations) < 2:
             return Decision("online", current, current, False,
                             f"only {len(observations)} usable observation(s); the GP needs 2")
+        if self.reference is None:  # inherited observations, but no estimate of this job's own curve yet
+            return Decision("online", current, current, False, "no estimate of this job's curve yet: stay")
         loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
         iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
         if not iterations_left:
