@@ -68,3 +68,38 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
     assert main(["report", db_path, "--job", second.job_id]) == 0
     assert (f"  inherited:       {learnt} observations from 1 job: {first.job_id} (TunedLogR, distance 0.00, "
             f"{learnt})") in capsys.readouterr().out
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("argv, message", [
+    (["TinyLogR"], "the job class must be module:Class or path/to/file.py:Class, got 'TinyLogR'"),
+    (["no_such_module_here:Job"], "cannot import 'no_such_module_here' for the job class 'no_such_module_here:Job': "
+                                  "No module named 'no_such_module_here'"),
+    (["jobs:Nope"], "the job class 'jobs:Nope' must name an MLJobFramework subclass; 'jobs' has nothing of that name"),
+    (["jobs:hashed_sparse_dataset"], "the job class 'jobs:hashed_sparse_dataset' must name an MLJobFramework "
+                                     "subclass; 'jobs' has a function"),
+    (["missing.py:Job"], "cannot import 'missing.py' for the job class 'missing.py:Job': no such file "),
+    (["jobs:TinyLogR", "--grid", "lr"], "--grid must be NAME=V1,V2,... (an attribute and its values), got 'lr'"),
+    (["jobs:TinyLogR", "--setting", "[1]"], "--setting must be a JSON object of knobs such as '{\"ps\": 1}', "
+                                            "got '[1]'"),
+    (["jobs:TinyLogR", "--grid", "lrate=0.1"], "grid names 'lrate', which TinyLogR jobs do not have"),
+])
+def test_the_sweep_commands_bad_input_is_one_line_before_any_node_starts(argv, message, tmp_path, capsys):
+    grid = [] if "--grid" in argv else ["--grid", "lr=0.1"]
+    assert main(["sweep", *argv, *grid, "--db", str(tmp_path / "runs.db"), "--nodes", "2"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"tfonline: error: {message}"), err
+    assert not (tmp_path / "runs.db").exists()
+
+
+def test_the_sweep_command_runs_a_class_from_a_file(db_path, capsys):
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "jobs.py")
+    assert main(["sweep", f"{path}:TinyLogR", "--grid", "lr=0.5,0.05", "--no-tune", "--quiet", "--db", db_path,
+                 "--nodes", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3 and all(": converged in " in line for line in out[:2])
+    rows = sqlite3.connect(db_path).execute("select id, name from jobs order by started_at").fetchall()
+    assert [name for _, name in rows] == ["TinyLogR", "TinyLogR"]
+    assert out[2] == f"tfonline report {db_path} --compare {rows[0][0]} {rows[1][0]}"

@@ -3,13 +3,14 @@
     tfonline report DB [--job NAME] [--format text|json] [--html OUT.html] [--plots DIR] [--tensorboard DIR]
                        [--compare JOB ...]
     tfonline upgrade DB
+    tfonline sweep CLASS --grid NAME=V1,V2 [--grid ...] [--db DB] [--no-tune] [--setting JSON] [--nodes N] ...
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
     tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--bind ADDRESS]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
-TensorFlow is imported only by ``node``.
+TensorFlow is imported only by ``node``, ``sweep`` and ``report --tensorboard``.
 """
 
 from __future__ import annotations
@@ -227,6 +228,46 @@ def version_text() -> str:
     return f"tfonline {__version__} ({tensorflow}, Python {platform.python_version()})"
 
 
+def _sweep(args) -> int:
+    from tfonline._tensorflow import require
+    from tfonline.sweep import load_class, parse_grid, sweep
+
+    require()
+    job_class = load_class(args.job_class)
+    grid = parse_grid(args.grid)
+    options = {}
+    if args.setting is not None:
+        try:
+            options["setting"] = json.loads(args.setting)
+        except ValueError:
+            options["setting"] = None
+        if not isinstance(options["setting"], dict):
+            raise ConfigurationError(f"--setting must be a JSON object of knobs such as '{{\"ps\": 1}}', "
+                                     f"got {args.setting!r}")
+    results = sweep(job_class, grid, db=args.db, tune=not args.no_tune, nodes=args.nodes, quiet=args.quiet,
+                    max_seconds=args.max_seconds, mode=args.mode, **options)
+    for result in results:
+        print(f"{result.job_id}: {result.status} in {result.completion_time_s:.1f} s, {result.iterations} iterations")
+    print(f"tfonline report {args.db} --compare {' '.join(r.job_id for r in results)}")
+    return 0
+
+
+def _sweep_command(sub) -> None:
+    sweep = sub.add_parser("sweep", help="a grid of a job class's attributes, one tuned job after another on one "
+                                         "cluster")
+    sweep.add_argument("job_class", metavar="CLASS", help="module:Class or path/to/file.py:Class")
+    sweep.add_argument("--grid", action="append", required=True, metavar="NAME=V1,V2",
+                       help="an attribute and its values (JSON where they parse); repeat for more")
+    sweep.add_argument("--db", default="tfonline.db", help="the repository (default tfonline.db)")
+    sweep.add_argument("--no-tune", action="store_true", help="run each job at its setting, untuned")
+    sweep.add_argument("--setting", help="the setting each job starts from, as JSON (default TensorFlow's)")
+    sweep.add_argument("--mode", choices=("async", "sync"), default="async")
+    sweep.add_argument("--nodes", type=int, help="nodes of the embedded cluster (default: cores + 2)")
+    sweep.add_argument("--max-seconds", type=float, help="each job's limit (default: the class's)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress lines")
+    sweep.set_defaults(func=_sweep)
+
+
 class _Version(argparse.Action):
     """``--version``: the text is made only when asked for (it reads the installed packages' metadata)."""
 
@@ -253,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--compare", nargs="+", metavar="JOB",
                         help="completion times of these jobs (ids or names) side by side, with ratios to the first")
     report.set_defaults(func=_report)
+    _sweep_command(sub)
     upgrade = sub.add_parser("upgrade", help="upgrade a repository written by an older tfonline in place")
     upgrade.add_argument("db", help="the SQLite repository")
     upgrade.set_defaults(func=_upgrade)

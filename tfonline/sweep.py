@@ -9,12 +9,21 @@ earlier ones left in the repository (``tuning={"resume": True}``, the
 default; :mod:`tfonline.tuner.inherit`), and skips its random phase once
 they weigh more than ``random_settings``. ``tfonline report DB --compare
 ID ...`` compares the sweep's jobs.
+
+The command line form, ``tfonline sweep CLASS --grid NAME=V1,V2 ... --db DB``,
+names the class as ``module:Class`` or ``path/to/file.py:Class``
+(:func:`load_class`); each value is read as JSON where it can be (``0.1``,
+``true``, ``"a"``), else as a string.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import itertools
+import json
 import os
+import sys
 from typing import Any
 
 from tfonline.exceptions import ConfigurationError
@@ -66,3 +75,61 @@ def _one(job_class, values: dict[str, Any], db, tune: bool, cluster, run_options
     for name, value in values.items():
         setattr(job, name, value)
     return job.run(db=db, tune=tune, cluster=cluster, **run_options)
+
+
+def load_class(spec: str):
+    """The :class:`MLJobFramework` subclass that ``spec`` names: ``module:Class`` (imported as Python imports it)
+    or ``path/to/file.py:Class`` (the file loaded as a module, its folder first on the path, as when it runs as
+    a script; its ``if __name__ == "__main__"`` part does not run).
+
+    Raises:
+        ConfigurationError: ``spec`` has another form, names nothing importable, or not such a class.
+    """
+    module_name, sep, class_name = spec.rpartition(":")
+    if not sep or not module_name or not class_name.isidentifier():
+        raise ConfigurationError(f"the job class must be module:Class or path/to/file.py:Class, got {spec!r}")
+    try:
+        module = _load_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
+    except ImportError as e:
+        raise ConfigurationError(f"cannot import {module_name!r} for the job class {spec!r}: {e}") from None
+    found = getattr(module, class_name, None)
+    from tfonline.job import MLJobFramework
+
+    if not (isinstance(found, type) and issubclass(found, MLJobFramework)):
+        what = "nothing of that name" if found is None else f"a {type(found).__name__}"
+        raise ConfigurationError(f"the job class {spec!r} must name an MLJobFramework subclass; "
+                                 f"{module_name!r} has {what}")
+    return found
+
+
+def _load_file(path: str):
+    full = os.path.abspath(path)
+    if not os.path.isfile(full):
+        raise ImportError(f"no such file {full}")
+    folder = os.path.dirname(full)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)  # its sibling modules, as when it runs as a script
+    name = "tfonline_jobs_" + os.path.splitext(os.path.basename(full))[0]
+    spec = importlib.util.spec_from_file_location(name, full)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse_grid(items: list[str]) -> dict[str, list[Any]]:
+    """``["lr=0.1,0.01", "l2=0"]`` -> ``{"lr": [0.1, 0.01], "l2": [0]}``: each value JSON where it parses."""
+    grid: dict[str, list[Any]] = {}
+    for item in items:
+        name, sep, values = item.partition("=")
+        if not sep or not name.strip().isidentifier() or not values.strip():
+            raise ConfigurationError(f"--grid must be NAME=V1,V2,... (an attribute and its values), got {item!r}")
+        grid[name.strip()] = [_value(v) for v in values.split(",")]
+    return grid
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text.strip()
