@@ -1,7 +1,7 @@
 """Issue 19's benchmark: a model-selection sweep tuned with what the earlier jobs left, against the same
 sweep with every job tuned from scratch, and against the best-known fixed setting.
 
-    python benchmarks/sweep.py [--mode quick|smoke] [--workloads logr,cnn]
+    python benchmarks/sweep.py [--mode quick|smoke] [--workloads logr,cnn] [--keep DIR]
 
 For each workload, one learning-rate sweep (LogR: 6 jobs, CNN: 4) runs three ways, each on one embedded
 cluster started once for its jobs:
@@ -38,6 +38,7 @@ import workloads  # noqa: E402
 
 import tfonline  # noqa: E402
 from tfonline.cluster import LocalCluster, default_node_count  # noqa: E402
+from tfonline.repository import Repository  # noqa: E402
 from tfonline.setting import short_form  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402
 
@@ -51,6 +52,8 @@ DRAW_SEED = 2026  # benchmarks/paper.py's draw of fixed settings
 def best_known_fixed(name: str, nodes: int) -> dict | None:
     """The fastest converged fixed setting of the latest quick paper benchmark for ``name``, as knobs."""
     for path in sorted(glob.glob(os.path.join(HERE, "results", "*-quick*.json")), reverse=True):
+        if "-sweep-" in os.path.basename(path):
+            continue  # this benchmark's own results
         with open(path) as f:
             result = json.load(f)
         fixed = [r for r in result.get("workloads", {}).get(name, {}).get("fixed", []) if r["status"] == "converged"]
@@ -75,8 +78,16 @@ def job_class(name: str, mode: str):
 
 
 def _row(result) -> dict:
+    """A job's figures, with the setting it ran most iterations under."""
+    repo = Repository(result.db, create=False)
+    try:
+        most = next(repo.rows("select s.short from iterations i join settings s on s.id = i.setting_id "
+                              "where i.job_id = ? group by s.id order by count(*) desc limit 1", (result.job_id,)),
+                    {}).get("short")
+    finally:
+        repo.close()
     return {"job_id": result.job_id, "status": result.status, "completion_time_s": result.completion_time_s,
-            "iterations": result.iterations}
+            "iterations": result.iterations, "most_used_setting": most}
 
 
 def _arm(name, mode, grid, cap, db, log, **options) -> dict:
@@ -87,7 +98,8 @@ def _arm(name, mode, grid, cap, db, log, **options) -> dict:
                                  max_seconds=cap, **options)
     rows = [_row(r) for r in results]
     for lr, r in zip(grid, rows):
-        log(f"    lr {lr:<6} {r['status']:<10} {r['completion_time_s']:7.1f} s {r['iterations']:>7} it")
+        log(f"    lr {lr:<6} {r['status']:<10} {r['completion_time_s']:7.1f} s {r['iterations']:>7} it  "
+            f"{r['most_used_setting']}")
     return {"jobs": rows, "wall_s": time.monotonic() - started}
 
 
@@ -136,7 +148,8 @@ def markdown(result: dict) -> str:
     for name, w in result["workloads"].items():
         s = w["summary"]
         lines += [f"## {name}", "", "| job | learning rate | inherited s | scratch s | best fixed s | "
-                  "inherited / best | target |", "|---|---|---|---|---|---|---|"]
+                  "inherited / best | target | inherited, most used setting | scratch, most used setting |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         fixed = {p["job"]: p for p in s["per_job"]}
         for i, lr in enumerate(w["grid"]):
             a, b = w["inherited"]["jobs"][i], w["scratch"]["jobs"][i]
@@ -144,7 +157,8 @@ def markdown(result: dict) -> str:
             lines.append(f"| {i + 1} | {lr} | {a['completion_time_s']:.1f} ({a['status']}) | "
                          f"{b['completion_time_s']:.1f} ({b['status']}) | "
                          + (f"{p['best_fixed_s']:.1f} | {p['inherited_over_best']:.2f}x | "
-                            f"<= {TARGETS['inherited_over_best']}x |" if p else "- | - | |"))
+                            f"<= {TARGETS['inherited_over_best']}x |" if p else "- | - | |")
+                         + f" {a.get('most_used_setting') or '-'} | {b.get('most_used_setting') or '-'} |")
         lines += ["", f"Total: inherited {s['total_inherited_s']:.1f} s, scratch {s['total_scratch_s']:.1f} s: "
                   f"scratch / inherited {s['scratch_over_inherited_total']:.2f}x (target >= "
                   f"{TARGETS['scratch_over_inherited_total']}x).", ""]
@@ -156,6 +170,8 @@ def main(argv=None) -> int:
     parser.add_argument("--mode", choices=("quick", "smoke"), default="quick")
     parser.add_argument("--workloads", default="logr,cnn")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--keep", metavar="DIR", help="write the repositories into DIR and keep them "
+                                                      "(default: a temporary folder, removed at the end)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.workloads.split(",") if n.strip()]
     unknown = [n for n in names if n not in GRIDS]
@@ -169,7 +185,9 @@ def main(argv=None) -> int:
     def log(message):
         print(message, flush=True)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as scratch_dir:
+        tmp = args.keep or scratch_dir
+        os.makedirs(tmp, exist_ok=True)
         for name in names:
             grid = GRIDS[name] if args.mode == "quick" else GRIDS[name][:2]
             log(f"{name}: {len(grid)} jobs, learning rates {grid}")
