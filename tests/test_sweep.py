@@ -92,6 +92,15 @@ def test_the_sweep_commands_bad_input_is_one_line_before_any_node_starts(argv, m
     assert not (tmp_path / "runs.db").exists()
 
 
+@pytest.mark.fast
+def test_a_job_file_that_fails_as_it_loads_is_one_line(tmp_path, capsys):
+    broken = tmp_path / "broken_job.py"
+    broken.write_text("raise RuntimeError('no data here')\n")
+    assert main(["sweep", f"{broken}:Job", "--grid", "lr=0.1", "--db", str(tmp_path / "runs.db")]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"tfonline: error: importing '{broken}' for the job class '{broken}:Job' failed: RuntimeError: no data here"]
+
+
 def test_the_sweep_command_runs_a_class_from_a_file(db_path, capsys):
     import os
 

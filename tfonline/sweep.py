@@ -92,6 +92,9 @@ def load_class(spec: str):
         module = _load_file(module_name) if module_name.endswith(".py") else importlib.import_module(module_name)
     except ImportError as e:
         raise ConfigurationError(f"cannot import {module_name!r} for the job class {spec!r}: {e}") from None
+    except Exception as e:  # noqa: BLE001 (the user's module failed as it ran: say where, in one line)
+        raise ConfigurationError(f"importing {module_name!r} for the job class {spec!r} failed: "
+                                 f"{type(e).__name__}: {e}") from None
     found = getattr(module, class_name, None)
     from tfonline.job import MLJobFramework
 
@@ -113,7 +116,11 @@ def _load_file(path: str):
     spec = importlib.util.spec_from_file_location(name, full)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # no half-run module left behind
+        raise
     return module
 
 
