@@ -57,17 +57,26 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
                                        max_steps=60)
     assert main(["report", db_path, "--format", "json"]) == 0
     jobs = {j["id"]: j for j in json.loads(capsys.readouterr().out)["jobs"]}
-    assert jobs[first.job_id]["inherited"] == []
+    con = sqlite3.connect(db_path)
+
+    def learnt(job_id):  # the usable triples a job left (how many depends on its segments' timing)
+        return con.execute("select count(*) from triples where job_id = ? and remaining_s is not null",
+                           (job_id,)).fetchone()[0]
+
+    assert jobs[first.job_id]["inherited"] == [] and learnt(first.job_id) >= 1
     (source,) = jobs[second.job_id]["inherited"]
-    learnt = sqlite3.connect(db_path).execute("select count(*) from triples where job_id = ? and remaining_s is not "
-                                              "null", (first.job_id,)).fetchone()[0]
-    assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt} and learnt >= 3
-    assert "random" not in [p["phase"] for p in jobs[second.job_id]["phases"]]  # inherited weight >= 2 + 1
-    assert [s["job_id"] for s in jobs[namesake.job_id]["inherited"]] == [first.job_id, second.job_id]
+    assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt(first.job_id)}
+    # random_settings 2, shortened by the inherited weight (1 per triple at distance 0): none left from 2 on
+    randoms = [d for d in jobs[second.job_id]["decisions"] if d["phase"] == "random"]
+    assert len(randoms) <= max(0, 2 - learnt(first.job_id))
+    assert ("random" in [p["phase"] for p in jobs[second.job_id]["phases"]]) == (learnt(first.job_id) < 2)
+    earlier = [j for j in (first.job_id, second.job_id) if learnt(j)]
+    assert sorted(s["job_id"] for s in jobs[namesake.job_id]["inherited"]) == sorted(earlier)
     assert jobs[wider.job_id]["inherited"] == []
     assert main(["report", db_path, "--job", second.job_id]) == 0
-    assert (f"  inherited:       {learnt} observations from 1 job: {first.job_id} (TunedLogR, distance 0.00, "
-            f"{learnt})") in capsys.readouterr().out
+    count = learnt(first.job_id)
+    assert (f"  inherited:       {count} observation{'s' if count != 1 else ''} from 1 job: {first.job_id} "
+            f"(TunedLogR, distance 0.00, {count})") in capsys.readouterr().out
 
 
 @pytest.mark.fast

@@ -7,7 +7,7 @@ runs it, tuned, on one embedded cluster started once for the whole sweep
 workload signature, so each one's tuner starts from the triples the
 earlier ones left in the repository (``tuning={"resume": True}``, the
 default; :mod:`tfonline.tuner.inherit`), and skips its random phase once
-they weigh more than ``random_settings``. ``tfonline report DB --compare
+they weigh ``random_settings`` or more. ``tfonline report DB --compare
 ID ...`` compares the sweep's jobs.
 
 The command line form, ``tfonline sweep CLASS --grid NAME=V1,V2 ... --db DB``,

@@ -8,8 +8,8 @@ loss, time per iteration, R̂, the segment's slope), each marked with that
 distance. The GP takes the distance as an input (0 for this job's own
 observations, see :class:`tfonline.tuner._gpyopt.GPOptimizer`), so it
 learns how far another job's times carry over; the random phase is
-shortened by the inherited triples' weight, ``exp(-distance)`` each, and
-skipped when that weight reaches ``random_settings + 1``.
+shortened by the whole part of the inherited triples' weight,
+``exp(-distance)`` each, so a weight of ``random_settings`` or more skips it.
 
 - Two jobs of a sweep (the same model, another learning rate) have the same
   signature: distance 0, their times carry over whole.

@@ -222,10 +222,10 @@ class TuningManager:
         self.random_done = 0
         self.overhead_s = 0.0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
-        # random phase by their weight and skip it at random_settings + 1 (tfonline.tuner.inherit).
+        # random phase by their weight's whole part: a weight of random_settings or more skips it
+        # (tfonline.tuner.inherit).
         self.phase = "initial"
         self.inherited_weight = sum(math.exp(-t.distance) for t in self.triples)
-        self._skip_random = self.inherited_weight >= random_settings + 1
         self.random_settings = max(0, random_settings - int(self.inherited_weight))
         self.job_steps: list[float] = []
         self.job_losses: list[float] = []
@@ -347,7 +347,7 @@ class TuningManager:
     def _decide(self, run: SegmentRun) -> Decision:
         current = self.current
         if self.phase == "initial":
-            self.phase = "online" if self._skip_random or self.random_settings == 0 else "random"
+            self.phase = "online" if self.random_settings == 0 else "random"
         elif self.phase == "random" and self.random_done >= self.random_settings:
             self.phase = "online"
         ended = ""
