@@ -72,9 +72,7 @@ def best_known_fixed(name: str, nodes: int) -> dict | None:
 
 
 def job_class(name: str, mode: str):
-    made = workloads.job(name, mode)
-    cls = type(made)
-    return cls, made
+    return (workloads.EXAMPLES if mode == "smoke" else workloads.SIZED)[name]
 
 
 def _row(result) -> dict:
@@ -91,7 +89,7 @@ def _row(result) -> dict:
 
 
 def _arm(name, mode, grid, cap, db, log, **options) -> dict:
-    cls, _ = job_class(name, mode)
+    cls = job_class(name, mode)
     started = time.monotonic()
     with LocalCluster(default_node_count()) as cluster:
         results = tfonline.sweep(cls, {"learning_rate": grid}, db=db, cluster=cluster, quiet=True,
@@ -104,7 +102,7 @@ def _arm(name, mode, grid, cap, db, log, **options) -> dict:
 
 
 def _fixed(name, mode, grid, cap, db, log) -> dict:
-    cls, probe = job_class(name, mode)
+    cls = job_class(name, mode)
     nodes = default_node_count()
     candidates = {"default": None, "best-known": best_known_fixed(name, nodes)}
     out = {}

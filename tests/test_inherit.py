@@ -92,8 +92,8 @@ def test_a_job_inherits_from_similar_workloads_whatever_their_names_and_nothing_
     assert [(s.job_id, round(s.distance, 2), s.triples) for s in got.sources] == [
         ("sweep-lr-0.1", 0.0, 4), ("wider", 0.69, 3), ("adam", 1.0, 2)]  # nearest first
     assert [t.source for t in got.triples] == ["adam"] * 2 + ["wider"] * 3 + ["sweep-lr-0.1"] * 4 + [None] * 2
-    assert got.weight == pytest.approx(sum(s.weight for s in got.sources) + 2)  # this job's own count whole
-    assert got.weight == pytest.approx(2 * math.exp(-1) + 3 * 0.5 + 4 + 2, rel=1e-4)
+    weight = sim.make_manager(space, 0, history=got.triples).inherited_weight  # this job's own count whole
+    assert weight == pytest.approx(2 * math.exp(-1) + 3 * 0.5 + 4 + 2, rel=1e-4)
     # A job unlike any of them inherits only its own; by name alone (no signature), its namesakes.
     assert inherit(repo, None, "Other", huge, space).sources[0].job_id == "huge"
     assert [s.job_id for s in inherit(repo, None, "Other", dataclasses.replace(huge, mode="sync", batch_size=256), space).sources

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import re
+import sys
 import warnings
 
 from tfonline._version import TENSORFLOW_MIN, TENSORFLOW_REQUIREMENT, TENSORFLOW_TESTED_MAX
@@ -51,7 +52,8 @@ def require():
         TensorFlowRequirementError: none is installed, or one older than the supported range.
     """
     check_installed()
-    _check_numpy()
+    if sys.modules.get("tensorflow") is None:  # imported already, it imported fine: no need to scan the metadata
+        _check_numpy()
     import tensorflow as tf
 
     check_version(tf.__version__)

@@ -44,10 +44,6 @@ class Source:
     distance: float
     triples: int
 
-    @property
-    def weight(self) -> float:
-        return self.triples * math.exp(-self.distance)
-
 
 @dataclass
 class Inheritance:
@@ -55,11 +51,6 @@ class Inheritance:
 
     triples: list[Triple] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
-
-    @property
-    def weight(self) -> float:
-        """How many observations of this job the inherited ones are worth: ``exp(-distance)`` each."""
-        return sum(math.exp(-t.distance) for t in self.triples)
 
 
 def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
@@ -83,8 +74,10 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
             names[jid] = row["name"]
             distances[jid] = 0.0 if jid == job_id else _distance(job_name, signature, row["name"], row["signature"])
         d = distances[jid]
+        if d is None or d > max_distance:
+            continue
         setting = json.loads(row["knobs"])
-        if d is None or d > max_distance or not space.contains(setting) or not math.isfinite(row["loss_before"]):
+        if not space.contains(setting) or not math.isfinite(row["loss_before"]):
             continue
         by_job.setdefault(jid, []).append(Triple(
             setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"], row["remaining_s"],

@@ -218,7 +218,6 @@ class TuningManager:
         self.optimizer = GPOptimizer(space, seed) if space.free else None
         self.costs = cost_model or CostModel()
         self.triples: list[Triple] = list(history)
-        self.resumed = len(self.triples)
         self.random_done = 0
         self.overhead_s = 0.0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
