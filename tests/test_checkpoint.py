@@ -55,7 +55,7 @@ def _cluster_values(w=W, step=12):
         "w/part_0_of_2": w[:2], "w/part_1_of_2": w[2:],
         "w/part_0_of_2/Adagrad": np.full((2, 1), 0.1, np.float32), "w/part_1_of_2/Adagrad": np.full((1, 1), 0.2, np.float32),
         "b": np.array([0.25], np.float32), "b/Adagrad": np.array([0.3], np.float32),
-        "b/sync_accumulator": np.array([9.0], np.float32), "tfonline_global_step": np.int64(step),
+        "tfonline_global_step": np.int64(step),
     }
 
 

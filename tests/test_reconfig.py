@@ -128,7 +128,8 @@ def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_no
     """ps 1 -> 3 -> 2, a thread change and a session-knob change: the same losses, step by step, as no switch.
 
     Its weights (2**17 floats, 512 KB) are large enough to be cut: whole on one ps, then in 3 blocks, then
-    in 2, with their Adagrad slots and sync accumulators; each cut's blocks take the old cut's rows.
+    in 2, with their Adagrad slots; each cut's blocks take the old cut's rows. The workers' sync accumulators
+    are not model variables: nothing of them moves.
     """
     db = str(tmp_path / "runs.db")
     start = {"ps": 1, "worker": 1, "intra_op_parallelism_threads": 2}
@@ -148,12 +149,12 @@ def test_a_sequence_of_switches_in_sync_mode_trains_exactly_as_no_switch(five_no
     moved = [m for (m,) in conn.execute("select bytes_moved from reconfigurations where job_id = ? order by step",
                                          (switched.job_id,))]
     assert all(m > 0 for m in moved) if how == "checkpoint" else moved[-1] == 0  # the checkpoint's files; SSR none
-    if how == "online":  # a new cut's blocks are all new: w, its Adagrad slot and its accumulator, 512 KB each
-        assert moved[:2] == [3 * 4 << 17] * 2
+    if how == "online":  # a new cut's blocks are all new: w and its Adagrad slot, 512 KB each
+        assert moved[:2] == [2 * 4 << 17] * 2
     expected = ["odmr+tdr", "odmr+tdr", "ssr", "ssr"] if how == "online" else ["checkpoint"] * 4
     assert [(types, technique) for _, types, technique in made] == list(zip(["I-b", "I-b", "II", "II"], expected))
     assert all(scheduled <= step < scheduled + 10 for (step, _, _), (scheduled, _) in zip(made, schedule))
-    assert np.allclose(_losses(db, switched.job_id), _losses(db, plain.job_id), rtol=1e-4, atol=1e-6)
+    assert _losses(db, switched.job_id) == _losses(db, plain.job_id)  # bit for bit: a sync step is reproducible
     (tuned,) = conn.execute("select tuned from jobs where id = ?", (switched.job_id,)).fetchone()
     assert tuned == 0
     decisions = conn.execute("select phase, reason from decisions where job_id = ? order by step",

@@ -303,7 +303,8 @@ def build_worker_graph(
             grads_and_vars = gradients_of(optimizer, loss)
             apply_op = None
             if sync:
-                train_op, apply_op = _sync_ops(optimizer, grads_and_vars, len(layout.worker_nodes), global_step)
+                train_op, apply_op = _sync_ops(optimizer, grads_and_vars, worker_rank, len(layout.worker_nodes),
+                                               global_step, container)
             else:
                 train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
         init_op = tf.compat.v1.global_variables_initializer()
@@ -312,10 +313,8 @@ def build_worker_graph(
         restore_feeds, restore_ops, probe_op = _driver_ops(variables, worker_node)
         # The checkpoint-restart baseline's saver: each ps node writes its own variables.
         # A list, not a dict, so that a large variable's blocks are saved as slices of it (TensorFlow's
-        # SaveSliceInfo) and restore into another cut; the sync accumulators are zero between steps.
-        checkpoint = tf.compat.v1.train.Saver(
-            [v for name, v in variables.items() if not name.endswith("/sync_accumulator")], sharded=True,
-        ) if saver else None
+        # SaveSliceInfo) and restore into another cut.
+        checkpoint = tf.compat.v1.train.Saver(list(variables.values()), sharded=True) if saver else None
         ensure_op = _lazy_creation(lazy_moves, variables, container) if lazy_moves else None
     graph.finalize()
     return WorkerGraph(
@@ -467,32 +466,53 @@ def build_release_graph(moves: list[Move], container: str, others: list[tuple[So
     return graph, op
 
 
-def _sync_ops(optimizer, grads_and_vars, worker_count: int, global_step):
+def _sync_ops(optimizer, grads_and_vars, worker_rank: int, worker_count: int, global_step, container: str):
     """Synchronous training as two phases around a barrier in the driver.
 
-    Every worker adds its gradient into an accumulator that lives next to
-    its variable; then the chief applies the mean once and clears the
-    accumulators. The driver's barrier orders the phases, so one global step
-    is one update made of every worker's gradient.
+    Every worker adds its gradient into its own accumulator, which lives
+    next to the variable; then the chief applies the mean of the workers'
+    accumulators, summed in rank order, and clears them. The driver's
+    barrier orders the phases, so one global step is one update made of
+    every worker's gradient.
+
+    One accumulator per worker, not one shared, makes a synchronous step
+    exactly reproducible: floating-point addition is not associative, and
+    workers adding their (sparse: many rows each) gradients into one
+    accumulator in the order they happen to finish gave two runs of one job
+    losses apart from step 7 (2 workers). A worker's accumulator is created
+    (zero) at its first accumulation, not by the job's initialiser: it is
+    not a model variable, so a switch has nothing to move or checkpoint.
     """
-    accumulate, mean_grads = [], []
+    accumulate, mean_grads, accumulators = [], [], []
     for grad, var in grads_and_vars:
+        dtype, shape = var.dtype.base_dtype, tuple(var.shape.as_list())
         with tf.device(var.device):
-            acc = tf.compat.v1.get_variable(
-                var.op.name + "/sync_accumulator",
-                var.shape,
-                var.dtype.base_dtype,
-                tf.compat.v1.zeros_initializer(),
-                trainable=False,
-                use_resource=True,
-            )
-            if isinstance(grad, tf.IndexedSlices):
-                accumulate.append(acc.scatter_add(grad).op)
-            else:
-                accumulate.append(acc.assign_add(grad).op)
-            mean_grads.append((acc.read_value() / worker_count, var, acc))
+            mine = _accumulator(var, worker_rank, dtype, shape, container)
+            with tf.control_dependencies([_created(mine, dtype, shape)]):
+                if isinstance(grad, tf.IndexedSlices):
+                    accumulate.append(tf.raw_ops.ResourceScatterAdd(resource=mine, indices=grad.indices,
+                                                                    updates=grad.values))
+                else:
+                    accumulate.append(tf.raw_ops.AssignAddVariableOp(resource=mine, value=grad))
+            every = [_accumulator(var, rank, dtype, shape, container) for rank in range(worker_count)]
+            total = tf.add_n([tf.raw_ops.ReadVariableOp(resource=h, dtype=dtype) for h in every])
+            mean_grads.append((total / worker_count, var))
+            accumulators += [(h, dtype, shape, var.device) for h in every]
     train_op = tf.group(*accumulate)
-    apply = optimizer.apply_gradients([(g, v) for g, v, _ in mean_grads], global_step=global_step)
-    with tf.control_dependencies([apply]):
-        clear = [acc.assign(tf.zeros_like(acc)).op for _, _, acc in mean_grads]
+    apply = optimizer.apply_gradients(mean_grads, global_step=global_step)
+    clear = []
+    for handle, dtype, shape, device in accumulators:
+        with tf.device(device), tf.control_dependencies([apply]):
+            clear.append(tf.raw_ops.AssignVariableOp(resource=handle, value=tf.zeros(shape, dtype)))
     return train_op, tf.group(*clear)
+
+
+def _accumulator(var, rank: int, dtype: tf.DType, shape: tuple[int, ...], container: str) -> tf.Tensor:
+    """Worker ``rank``'s gradient accumulator of ``var`` (a handle, on ``var``'s device)."""
+    return _handle(f"{var.op.name}/sync_accumulator_{rank}", dtype, shape, var.device, container)
+
+
+def _created(handle: tf.Tensor, dtype: tf.DType, shape: tuple[int, ...]) -> tf.Tensor:
+    """Creates the accumulator ``handle`` (zero) unless it exists: only its own worker writes it."""
+    return tf.cond(tf.raw_ops.VarIsInitializedOp(resource=handle), tf.no_op,
+                   lambda: tf.group(tf.raw_ops.AssignVariableOp(resource=handle, value=tf.zeros(shape, dtype))))

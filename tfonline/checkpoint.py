@@ -17,7 +17,8 @@ step, the sync mode's accumulators). A checkpoint holds what the user's own
   the repository counts and the file is named after (an asynchronous
   job's parameters may also hold the updates of the few steps that were
   running when they were read);
-- not the sync mode's accumulators: they are zero between steps.
+- not the sync mode's accumulators: they are not model variables (``tfonline._graph``), and zero
+  between steps.
 
 Files are TensorFlow's V2 format (``model.ckpt-STEP.index`` and its data),
 with the ``checkpoint`` state file beside them, so
@@ -39,7 +40,6 @@ from tfonline.placement import row_ranges
 PREFIX = "model.ckpt"
 GLOBAL_STEP = "global_step"
 _DRIVER_STEP = "tfonline_global_step"  # tfonline._graph.GLOBAL_STEP_NAME (not imported: that imports TensorFlow)
-_INTERNAL_SUFFIXES = ("/sync_accumulator",)
 
 
 def default_model_dir(db: str | os.PathLike, job_id: str) -> str:
@@ -55,8 +55,7 @@ def user_variables(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     ``values`` is what the driver read from the cluster: every global
     variable of a worker graph, by name.
     """
-    kept = {name: value for name, value in values.items()
-            if name != _DRIVER_STEP and not name.endswith(_INTERNAL_SUFFIXES)}
+    kept = {name: value for name, value in values.items() if name != _DRIVER_STEP}
     shapes = {name: np.shape(value) for name, value in kept.items()}
     parts: dict[str, list[tuple[int, str]]] = {}
     for name, (key, start, _) in row_ranges(shapes).items():
