@@ -17,6 +17,7 @@ from tfonline.setting import setting_key
 from tfonline.signature import Signature
 from tfonline.tuner import Triple, inherit, load_triples
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
+from tfonline.tuner.convergence import SegmentSlope, slope_columns
 
 pytestmark = pytest.mark.fast  # no cluster: a simulated job, a repository written here
 
@@ -56,17 +57,19 @@ def test_a_similar_jobs_observations_teach_the_gp_the_settings_this_job_has_not_
 
 
 def _repository(tmp_path, jobs):
-    """A repository holding ``jobs``: (id, name, signature or None, triples) each."""
+    """A repository holding ``jobs``: (id, name, signature or None, triples[, attributes]) each."""
     repo = Repository(tmp_path / "runs.db")
-    for n, (job_id, name, signature, triples) in enumerate(jobs):
+    for n, (job_id, name, signature, triples, *attributes) in enumerate(jobs):
         repo.insert("jobs", {"id": job_id, "name": name, "started_at": float(n), "status": "converged",
-                             "signature": json.dumps(signature.to_dict()) if signature else None})
+                             "signature": json.dumps(signature.to_dict()) if signature else None,
+                             "attributes": json.dumps(attributes[0]) if attributes else None})
         for i, t in enumerate(triples):
             repo.insert("settings", {"id": setting_key(t.setting), "knobs": json.dumps(t.setting), "short": ""},
                         replace=True)
             repo.insert("triples", {"job_id": job_id, "segment": i, "setting_id": setting_key(t.setting),
                                     "loss_before": t.loss_before, "per_iteration_s": t.per_iteration_s,
-                                    "remaining_iterations": 100.0, "remaining_s": t.per_iteration_s * 100})
+                                    "remaining_iterations": 100.0, "remaining_s": t.per_iteration_s * 100,
+                                    **slope_columns(t.slope)})
     repo.flush()
     return repo
 
@@ -129,3 +132,20 @@ def test_with_inherited_observations_but_no_estimate_of_its_own_curve_the_job_st
     decision = manager.on_segment_end(rising)
     assert decision.phase == "online" and not decision.switch
     assert decision.reason == "no estimate of this job's curve yet: stay"
+
+
+def test_slopes_carry_over_only_from_the_same_job_run_before(tmp_path):
+    """Times carry over between similar workloads; how fast the loss fell, only within one job."""
+    space = sim.space()
+    sloped = [dataclasses.replace(t, slope=SegmentSlope(0.6, -1e-3, 1e-4)) for t in _triples(space, 2, 0)]
+    repo = _repository(tmp_path, [
+        ("before", "LogR", LOGR, sloped, {"lr": 0.1}),  # this job, run before
+        ("other-lr", "LogR", LOGR, sloped, {"lr": 0.3}),  # the sweep's next learning rate
+        ("renamed", "LogR2", LOGR, sloped, {"lr": 0.1}),  # another class, the same workload
+        ("legacy", "LogR", LOGR, sloped),  # recorded before attributes were: judged by its name
+    ])
+    got = inherit(repo, None, "LogR", LOGR, space, attributes={"lr": 0.1})
+    kept = {t.source: t.slope is not None for t in got.triples}
+    assert kept == {"before": True, "other-lr": False, "renamed": False, "legacy": True}
+    assert all(t.per_iteration_s is not None for t in got.triples)  # the times of all four are inherited
+    repo.close()

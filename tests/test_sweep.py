@@ -10,7 +10,7 @@ from jobs import TinyLogR
 
 import tfonline
 from tfonline.cli import main
-from tfonline.exceptions import ConfigurationError
+from tfonline.exceptions import ConfigurationError, RepositoryError
 from tfonline.sweep import combinations
 
 
@@ -121,3 +121,13 @@ def test_the_sweep_command_runs_a_class_from_a_file(db_path, capsys):
     rows = sqlite3.connect(db_path).execute("select id, name from jobs order by started_at").fetchall()
     assert [name for _, name in rows] == ["TinyLogR", "TinyLogR"]
     assert out[2] == f"tfonline report {db_path} --compare {rows[0][0]} {rows[1][0]}"
+
+
+@pytest.mark.fast
+def test_a_repository_of_another_program_is_one_line_before_any_node_starts(tmp_path):
+    other = tmp_path / "theirs.db"
+    sqlite3.connect(other).execute("create table notes (text)").connection.commit()
+    with pytest.raises(RepositoryError, match=f"db must be a tfonline repository or a new file, got {str(other)!r}: "
+                                              r"a SQLite file with other tables \(notes\); tfonline leaves it as it is"):
+        tfonline.sweep(TinyLogR, {"lr": [0.5]}, db=str(other), nodes=2)
+    assert sqlite3.connect(other).execute("select name from sqlite_master").fetchall() == [("notes",)]  # untouched

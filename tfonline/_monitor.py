@@ -96,6 +96,7 @@ class Monitor:
             return
         with self.tuner_faults():
             self.state.goal = self.manager.segment_length() + self.state.warmup
+            self.state.hold_at = self._hold_step()
             upcoming = self._upcoming() or self._ahead()
             if upcoming is not None:
                 self._tuner.submit(self.backend.prepare, dict(self.state.setting), *upcoming)
@@ -183,6 +184,12 @@ class Monitor:
         upcoming = upcoming() if upcoming is not None else None
         return upcoming if upcoming is not None and upcoming[0] != self.state.setting else None
 
+    def _hold_step(self) -> int | None:
+        """The step a synchronous job's workers hold after, for the schedule's next switch to come right after it
+        (None: no hold)."""
+        hold = getattr(self.manager, "hold_step", None)
+        return hold() if self.state.sync and hold is not None else None
+
     def _ahead(self):
         """The tuner's next random setting, (setting, plan), when it knows one other than the current setting."""
         ahead = getattr(self.manager, "ahead", None)
@@ -191,6 +198,8 @@ class Monitor:
 
     def _segment_complete(self) -> bool:
         state = self.state
+        if state.hold_at is not None:
+            return state.held()
         return (state.done() >= self.manager.segment_length() + state.warmup
                 and time.monotonic() - state.segment_started >= self.manager.segment_seconds())
 
@@ -231,6 +240,7 @@ class Monitor:
         with self.tuner_faults():
             decision, segment, old_phase = future.result()
             triple = self.manager.triples[-1]
+            self.state.hold_at = self._hold_step()  # the next one: the held workers are paused for the switch
         if self.manager is None:
             return None
         return record_decision(self.recorder, self.state, self.manager, decision, triple, segment, old_phase,
@@ -272,6 +282,7 @@ class Monitor:
         self.tuning_overhead_s = getattr(manager, "overhead_s", None)
         self._deciding = None  # a decision still running is not taken
         state.goal = None
+        state.hold_at = None  # workers held for a scheduled switch train on
         state.phase = "untuned"
         with contextlib.suppress(Exception):
             self.backend.discard()

@@ -34,14 +34,16 @@ class Recorder:
 
     def job_start(self, *, name: str, script: str, mode: str, target_loss: float, max_steps, max_seconds,
                   started_at: float, node_count: int, knob_space: dict, tf_version: str, seed: int,
-                  tuned: bool) -> None:
+                  tuned: bool, job_class: str | None = None, attributes: dict | None = None,
+                  replay_of: str | None = None) -> None:
         self.repo.insert("jobs", {
             "id": self.job_id, "name": name, "script": os.path.abspath(script), "mode": mode, "status": "running",
             "target_loss": target_loss, "max_steps": max_steps, "max_seconds": max_seconds,
             "started_at": started_at, "node_count": node_count, "knob_space": json.dumps(knob_space),
             "host": platform.node(), "tf_version": tf_version, "python": platform.python_version(), "seed": seed,
             "tuned": int(tuned), "driver_host": platform.node(), "driver_pid": os.getpid(),
-            "heartbeat_at": self.clock(),
+            "heartbeat_at": self.clock(), "job_class": job_class,
+            "attributes": None if attributes is None else json.dumps(attributes), "replay_of": replay_of,
         })
         self.repo.flush()
         self.started = True

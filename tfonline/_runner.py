@@ -47,6 +47,7 @@ from tfonline.repository import Repository
 from tfonline.result import RunResult
 from tfonline.setting import knob_table, resolve_setting, short_form
 from tfonline.signature import Signature, signature
+from tfonline.sweep import class_spec, own_attributes
 from tfonline.tuner import Tuning
 from tfonline.tuner.schedule import Schedule
 
@@ -350,7 +351,8 @@ class Runner:
             name=self.job.name, script=script, mode=self.mode, target_loss=float(self.job.target_loss),
             max_steps=self.max_steps, max_seconds=self.max_seconds, started_at=self.started_at,
             node_count=node_count, knob_space=space, tf_version=tf.__version__, seed=self.seed,
-            tuned=self.tuning is not None and self.tuning.schedule is None)
+            tuned=self.tuning is not None and self.tuning.schedule is None,
+            job_class=class_spec(type(self.job)), attributes=own_attributes(self.job))
         self.recorder.model_dir(self.model_dir)
         if self.signature is not None:
             self.recorder.signature(self.signature)

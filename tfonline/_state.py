@@ -113,6 +113,8 @@ class TrainingState:
         self.segment_started = 0.0
         self.warmup = 0
         self.goal: int | None = None  # iterations that complete the segment (its duration aside)
+        # Sync mode: the step after which the workers hold, for a scheduled switch at exactly that step.
+        self.hold_at: int | None = None
         # A switch's first iterations on the new setting, to time it; and iterations per round of its workers.
         self.switch_points: list[tuple[int, float, float]] = []
         self.switch_workers = 1
@@ -156,10 +158,17 @@ class TrainingState:
             return self.steps[rank], self.generation
 
     def sync_steps(self):
-        """Every worker's step, the chief's apply and their generation, for one synchronous iteration."""
+        """Every worker's step, the chief's apply and their generation, for one synchronous iteration; None
+        once the job has run the step it holds at (:attr:`hold_at`)."""
         with self.lock:
+            if self.held():
+                return None
             self.on[0] = self.version
             return self.steps, self.apply, self.generation
+
+    def held(self) -> bool:
+        """Whether the job has run the step it holds at (sync mode's scheduled switches)."""
+        return self.hold_at is not None and self.step >= self.hold_at
 
     def off(self, rank: int) -> None:
         """Worker ``rank`` runs no step any more."""
@@ -195,7 +204,7 @@ class TrainingState:
                 self.points.append((self.step, loss, now))
                 if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Switcher.record_cost
                     self.switch_points.append((self.step, loss, now))
-                if self.goal is not None and len(self.points) >= self.goal:
+                if self.goal is not None and len(self.points) >= self.goal or self.held():
                     self.wake.set()
             self.recorder.iteration(step=self.step, worker=worker, setting_id=setting_id, segment=segment,
                                     exec_time_s=exec_time_s, loss=loss, smoothed_loss=smoothed, wall_time=now)

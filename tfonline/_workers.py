@@ -112,7 +112,11 @@ class Workers:
         with ThreadPoolExecutor(len(state.steps), thread_name_prefix="tfonline-sync-worker") as pool:
             try:
                 while self._going():
-                    steps, apply, generation = state.sync_steps()
+                    taken = state.sync_steps()
+                    if taken is None:  # held at a scheduled switch's step, until the switch pauses it
+                        time.sleep(0.002)
+                        continue
+                    steps, apply, generation = taken
                     started = time.perf_counter()
                     futures = [pool.submit(step) for step in steps]
                     losses = [float(f.result()[0]) for f in futures]

@@ -268,6 +268,23 @@ def _sweep_command(sub) -> None:
     sweep.set_defaults(func=_sweep)
 
 
+def _replay(args) -> int:
+    from tfonline.replay import replay
+
+    comparison = replay(args.db, args.job, nodes=args.nodes, quiet=args.quiet)
+    print(comparison.text())
+    return 0 if comparison.exact or comparison.mode != "sync" else 2
+
+
+def _replay_command(sub) -> None:
+    replay = sub.add_parser("replay", help="run a recorded job again with its recorded settings at their steps")
+    replay.add_argument("db", help="the SQLite repository the job wrote (the replay is recorded there too)")
+    replay.add_argument("--job", required=True, help="the job's id")
+    replay.add_argument("--nodes", type=int, help="nodes of the embedded cluster (default: the job's own count)")
+    replay.add_argument("--quiet", action="store_true", help="no progress lines")
+    replay.set_defaults(func=_replay)
+
+
 class _Version(argparse.Action):
     """``--version``: the text is made only when asked for (it reads the installed packages' metadata)."""
 
@@ -295,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="completion times of these jobs (ids or names) side by side, with ratios to the first")
     report.set_defaults(func=_report)
     _sweep_command(sub)
+    _replay_command(sub)
     upgrade = sub.add_parser("upgrade", help="upgrade a repository written by an older tfonline in place")
     upgrade.add_argument("db", help="the SQLite repository")
     upgrade.set_defaults(func=_upgrade)

@@ -39,7 +39,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -81,6 +81,9 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "heartbeat_at": float,
             "model_dir": str,  # v6: where its checkpoints are
             "signature": str,  # v6: its workload's signature (JSON, tfonline.signature.Signature)
+            "job_class": str,  # v8: module:Class or path/file.py:Class (tfonline.sweep.load_class reads it)
+            "attributes": str,  # v8: the job object's own attributes (JSON), as tfonline replay sets them again
+            "replay_of": str,  # v8: the job this one replays (tfonline.replay)
         },
         "id",
     ),

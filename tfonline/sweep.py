@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import itertools
 import json
 import os
@@ -28,6 +29,8 @@ from typing import Any
 
 from tfonline.exceptions import ConfigurationError
 from tfonline.result import RunResult
+
+_FILE_MODULE_PREFIX = "tfonline_jobs_"  # the modules load_class makes of job files
 
 
 def combinations(grid: dict[str, Any]) -> list[dict[str, Any]]:
@@ -51,10 +54,12 @@ def sweep(job_class, grid: dict[str, Any], *, db: str | os.PathLike = "tfonline.
 
     Raises:
         ConfigurationError: the grid names an attribute the job class's jobs do not have, or is empty.
+        RepositoryError: ``db`` is not a tfonline repository (another program's file, a newer tfonline's).
         TensorFlowRequirementError: no TensorFlow is installed, or too old a one.
     """
     from tfonline._tensorflow import require
     from tfonline.cluster import LocalCluster, default_node_count
+    from tfonline.repository import Repository
 
     require()
     runs = combinations(grid)
@@ -64,6 +69,7 @@ def sweep(job_class, grid: dict[str, Any], *, db: str | os.PathLike = "tfonline.
         known = sorted(n for n in dir(probe) if not n.startswith("_") and not callable(getattr(probe, n, None)))
         raise ConfigurationError(f"grid names {missing[0]!r}, which {job_class.__name__} jobs do not have; they have: "
                                  f"{', '.join(known)}")
+    Repository(db).close()  # another program's file, or a newer tfonline's, is refused before any node starts
     if cluster is not None:
         return [_one(job_class, values, db, tune, cluster, run_options) for values in runs]
     with LocalCluster(default_node_count() if nodes is None else nodes) as started:
@@ -75,6 +81,32 @@ def _one(job_class, values: dict[str, Any], db, tune: bool, cluster, run_options
     for name, value in values.items():
         setattr(job, name, value)
     return job.run(db=db, tune=tune, cluster=cluster, **run_options)
+
+
+def class_spec(job_class) -> str:
+    """How :func:`load_class` finds ``job_class`` again: ``module:Class``, or ``path/to/file.py:Class`` for a class
+    defined in a script (``__main__``) or in a file :func:`load_class` loaded."""
+    module = job_class.__module__
+    if module == "__main__" or module.startswith(_FILE_MODULE_PREFIX):
+        try:
+            return f"{os.path.abspath(inspect.getfile(job_class))}:{job_class.__qualname__}"
+        except (TypeError, OSError):
+            pass
+    return f"{module}:{job_class.__qualname__}"
+
+
+def own_attributes(job) -> dict[str, Any]:
+    """The attributes set on the job object itself (a sweep's grid, ``__init__``'s), those JSON can keep."""
+    kept = {}
+    for name, value in vars(job).items():
+        if name.startswith("_"):
+            continue
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        kept[name] = value
+    return kept
 
 
 def load_class(spec: str):
@@ -112,7 +144,7 @@ def _load_file(path: str):
     folder = os.path.dirname(full)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # its sibling modules, as when it runs as a script
-    name = "tfonline_jobs_" + os.path.splitext(os.path.basename(full))[0]
+    name = _FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(full))[0]
     spec = importlib.util.spec_from_file_location(name, full)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

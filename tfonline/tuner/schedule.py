@@ -40,12 +40,16 @@ def check_schedule(schedule: Any) -> list[tuple[int, dict[str, Any]]]:
 
 
 class Schedule:
-    """Switches to each scheduled setting once the job has run its step (or a few steps later).
+    """Switches to each scheduled setting once the job has run its step.
 
-    Each entry's changes apply on top of the setting before it. The switch
-    happens at the first segment end at or after the step: the warm-up
-    iterations after the previous switch, and the iterations trained while
-    the runner takes the decision, can delay it by a few steps.
+    Each entry's changes apply on top of the setting before it. A
+    synchronous job switches after exactly that step: its workers hold there
+    (:meth:`hold_step`), and the new setting's first iteration is the
+    next step, so a schedule repeats bit for bit (``tfonline replay``). An
+    asynchronous job switches at the first segment end at or after the
+    step: the warm-up iterations after the previous switch, and the
+    iterations its workers train while the switch is made (a live switch),
+    can delay it by a few steps.
     """
 
     phase = "scheduled"
@@ -85,6 +89,11 @@ class Schedule:
 
     def segment_seconds(self) -> float:
         return 0.0
+
+    def hold_step(self) -> int | None:
+        """The step the next switch comes after, in a synchronous job (None after the last): its workers hold
+        there, so that the switch is made at exactly that step."""
+        return self.steps[self.done] if self.done < len(self.steps) else None
 
     def upcoming(self) -> tuple[dict[str, Any], Plan] | None:
         """The next scheduled switch's setting and plan (None after the last): the driver prepares it ahead."""
