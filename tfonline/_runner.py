@@ -47,7 +47,7 @@ from tfonline.repository import Repository
 from tfonline.result import RunResult
 from tfonline.setting import knob_table, resolve_setting, short_form
 from tfonline.signature import Signature, signature
-from tfonline.sweep import class_spec, own_attributes
+from tfonline._identity import class_spec, own_attributes
 from tfonline.tuner import Tuning
 from tfonline.tuner.schedule import Schedule
 

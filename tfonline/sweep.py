@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import itertools
 import json
 import os
@@ -28,9 +27,8 @@ import sys
 from typing import Any
 
 from tfonline.exceptions import ConfigurationError
+from tfonline._identity import FILE_MODULE_PREFIX
 from tfonline.result import RunResult
-
-_FILE_MODULE_PREFIX = "tfonline_jobs_"  # the modules load_class makes of job files
 
 
 def combinations(grid: dict[str, Any]) -> list[dict[str, Any]]:
@@ -83,32 +81,6 @@ def _one(job_class, values: dict[str, Any], db, tune: bool, cluster, run_options
     return job.run(db=db, tune=tune, cluster=cluster, **run_options)
 
 
-def class_spec(job_class) -> str:
-    """How :func:`load_class` finds ``job_class`` again: ``module:Class``, or ``path/to/file.py:Class`` for a class
-    defined in a script (``__main__``) or in a file :func:`load_class` loaded."""
-    module = job_class.__module__
-    if module == "__main__" or module.startswith(_FILE_MODULE_PREFIX):
-        try:
-            return f"{os.path.abspath(inspect.getfile(job_class))}:{job_class.__qualname__}"
-        except (TypeError, OSError):
-            pass
-    return f"{module}:{job_class.__qualname__}"
-
-
-def own_attributes(job) -> dict[str, Any]:
-    """The attributes set on the job object itself (a sweep's grid, ``__init__``'s), those JSON can keep."""
-    kept = {}
-    for name, value in vars(job).items():
-        if name.startswith("_"):
-            continue
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError):
-            continue
-        kept[name] = value
-    return kept
-
-
 def load_class(spec: str):
     """The :class:`MLJobFramework` subclass that ``spec`` names: ``module:Class`` (imported as Python imports it)
     or ``path/to/file.py:Class`` (the file loaded as a module, its folder first on the path, as when it runs as
@@ -144,7 +116,7 @@ def _load_file(path: str):
     folder = os.path.dirname(full)
     if folder not in sys.path:
         sys.path.insert(0, folder)  # its sibling modules, as when it runs as a script
-    name = _FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(full))[0]
+    name = FILE_MODULE_PREFIX + os.path.splitext(os.path.basename(full))[0]
     spec = importlib.util.spec_from_file_location(name, full)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

@@ -55,7 +55,7 @@ class Tuning:
                 technique: str = "online", job_id: str | None = None, signature=None) -> TuningManager:
         """The job's tuning manager, started from what it inherits (``resume``: see :mod:`tfonline.tuner.inherit`);
         its ``inheritance`` says from which jobs."""
-        from tfonline.sweep import own_attributes
+        from tfonline._identity import own_attributes
 
         inheritance = (inherit(repo, job_id, job.name, signature, space, attributes=own_attributes(job))
                        if self.resume else Inheritance())

@@ -62,7 +62,7 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
 
     Times carry over between similar workloads; convergence does not: a segment's slope (how fast the
     loss fell, which the tuner's convergence speeds are made of) is kept only from the same job run
-    before, the same name with the same ``attributes`` (:func:`tfonline.sweep.own_attributes`; a job
+    before, the same name with the same ``attributes`` (:func:`tfonline._identity.own_attributes`; a job
     recorded without them counts by its name). Another learning rate falls at another pace per
     iteration, and its slopes, read against this job's curve, would make the settings it ran look faster
     or slower than they are for this job. (Suspected, not measured apart, in the sweep benchmark's
