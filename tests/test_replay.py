@@ -96,3 +96,27 @@ def test_an_unknown_job_is_one_line_naming_the_latest(tuned_sync, capsys):
     db, job_id = tuned_sync
     with pytest.raises(ReplayError, match=f"--job must be a job of '{db}', got 'TunedLogR-nope'; its latest: {job_id}"):
         replay(db, "TunedLogR-nope")
+
+
+@pytest.mark.fast
+def test_the_switches_are_read_from_the_segments_and_an_empty_one_gives_way(tmp_path):
+    from tfonline.replay import recorded
+    from tfonline.repository import Repository
+    from tfonline.setting import setting_key
+
+    a, b, c = {"ps": 1, "worker": 1}, {"ps": 1, "worker": 2}, {"ps": 2, "worker": 1}
+    repo = Repository(tmp_path / "runs.db")
+    repo.insert("jobs", {"id": "j", "name": "J", "job_class": "jobs:TinyLogR", "attributes": '{"lr": 0.3}',
+                         "mode": "sync", "seed": 3, "iterations": 300, "target_loss": 0.5, "node_count": 3})
+    for setting in (a, b, c):
+        repo.insert("settings", {"id": setting_key(setting), "knobs": json.dumps(setting), "short": ""})
+    # a; a again (a segment handed over); b, which ran no iteration; c from the same step; a again
+    for segment, (start, setting) in enumerate([(1, a), (60, a), (101, b), (101, c), (201, a)]):
+        repo.insert("segments", {"job_id": "j", "segment": segment, "setting_id": setting_key(setting),
+                                 "start_step": start})
+    repo.flush()
+    repo.close()
+    got = recorded(tmp_path / "runs.db", "j")
+    assert got.start == a and got.switches == [(100, {"ps": 2}), (200, {"ps": 1})]
+    assert (got.job_class, got.attributes, got.mode, got.seed, got.iterations) == ("jobs:TinyLogR", {"lr": 0.3},
+                                                                                   "sync", 3, 300)

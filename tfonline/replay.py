@@ -124,11 +124,18 @@ def recorded(db: str | os.PathLike, job_id: str) -> Recorded:
     settings = [(row["start_step"], json.loads(row["knobs"])) for row in segments if row["start_step"] is not None]
     if not settings:
         raise ReplayError(f"job {job_id} has no recorded segments: it never trained, there is nothing to replay")
-    start, switches = settings[0][1], []
+    # The setting from each step on: a segment that ran no iteration (two switches one after the other) gives
+    # way to the next one from the same step.
+    from_step: dict[int, dict[str, Any]] = {}
+    for start_step, setting in settings:
+        from_step[start_step] = setting
+    steps = sorted(from_step)
+    start, switches = from_step[steps[0]], []
     current = start
-    for start_step, setting in settings[1:]:
+    for step in steps[1:]:
+        setting = from_step[step]
         if setting != current:
-            switches.append((start_step - 1, {k: v for k, v in setting.items() if current.get(k) != v}))
+            switches.append((step - 1, {k: v for k, v in setting.items() if current.get(k) != v}))
             current = setting
     return Recorded(job_id, job["job_class"], json.loads(job["attributes"] or "{}"), job["mode"], job["seed"] or 0,
                     job["iterations"] or 0, job["target_loss"], job["node_count"], start, switches,
