@@ -103,7 +103,8 @@ PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best":
          "odmr_vs_checkpoint": "3.8-7.6x cheaper per reconfiguration", "estimator_rank": "2.0-3.3 of 100"}
 
 
-def _job_row(db: str, job_id: str) -> dict:
+def job_row(db: str, job_id: str) -> dict:
+    """A job's figures from its repository (the sweep benchmark's rows too)."""
     repo = Repository(db, create=False)
     try:
         job = repo.jobs(job_id)[0]
@@ -131,7 +132,7 @@ def _run(job, db: str, log, **kwargs) -> dict:
     started = time.monotonic()
     try:
         result = job.run(db=db, quiet=True, **kwargs)
-        row = _job_row(db, result.job_id)
+        row = job_row(db, result.job_id)
     except Exception as e:  # a setting that fails is a result too (e.g. out of memory); the benchmark goes on
         row = {"status": "failed", "error": f"{type(e).__name__}: {e}", "completion_time_s": None}
     row["wall_s"] = time.monotonic() - started
@@ -182,7 +183,7 @@ def _simulated(name: str, seeds: int, stem: str, log) -> dict:
     log(f"{name}: {SIMULATED_FIXED} random fixed settings and {seeds} tuned seeds, simulated")
     r = evaluate(SIMULATED[name](), db, random_settings=SIMULATED_FIXED, seeds=range(seeds),
                  min_segment_s=SIMULATED_MIN_SEGMENT_S)
-    tuned = [dict(_job_row(db, t["job_id"]), wall_s=t["real_s"]) for t in r["tuned"]]
+    tuned = [dict(job_row(db, t["job_id"]), wall_s=t["real_s"]) for t in r["tuned"]]
     for row in tuned:
         log(f"    {row['status']:<10} {row['completion_time_s']:9.1f} s  {row['iterations']:>6} it  "
             f"{row['most_used_setting']}")
@@ -337,7 +338,8 @@ def _write(result: dict, stem: str, started: float) -> None:
         f.write(markdown(result))
 
 
-def _draw(space: KnobSpace, count: int, seed: int) -> list[dict]:
+def draw_settings(space: KnobSpace, count: int, seed: int) -> list[dict]:
+    """The fixed settings a workload runs: ``count`` distinct ones drawn with ``seed``."""
     rng, drawn = random.Random(seed), []
     for _ in range(count):
         drawn.append(space.sample(rng, exclude=drawn))
@@ -430,7 +432,7 @@ def main(argv=None) -> int:
         if name in SIMULATED:
             result["workloads"][name] = _simulated(name, seeds, stem, log)
         else:
-            result["workloads"][name] = _real(name, args.mode, seeds, _draw(space, fixed_count, DRAW_SEED + index),
+            result["workloads"][name] = _real(name, args.mode, seeds, draw_settings(space, fixed_count, DRAW_SEED + index),
                                               tuned_db, fixed_db, log)
         _write(result, stem, started)
     result["figures"] = [os.path.basename(p) for p in draw(result, stem)]

@@ -26,7 +26,6 @@ import argparse
 import glob
 import json
 import os
-import random
 import sys
 import tempfile
 import time
@@ -35,10 +34,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
+from paper import DRAW_SEED, draw_settings, job_row  # noqa: E402
 
 import tfonline  # noqa: E402
 from tfonline.cluster import LocalCluster, default_node_count  # noqa: E402
-from tfonline.repository import Repository  # noqa: E402
 from tfonline.setting import short_form  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402
 
@@ -46,7 +45,6 @@ GRIDS = {"logr": [0.35, 0.45, 0.55, 0.65, 0.75, 0.9], "cnn": [0.015, 0.02, 0.025
 MEASURED_FIXED = (1, 3)  # the jobs (0-based) run at the best-known fixed setting: the second and the fourth
 TARGETS = {"inherited_over_best": 1.05, "scratch_over_inherited_total": 1.5}
 CAP_S = {"quick": 300.0, "smoke": 120.0}
-DRAW_SEED = 2026  # benchmarks/paper.py's draw of fixed settings
 
 
 def best_known_fixed(name: str, nodes: int) -> dict | None:
@@ -62,10 +60,7 @@ def best_known_fixed(name: str, nodes: int) -> dict | None:
         best = min(fixed, key=lambda r: r["completion_time_s"])["setting"]
         space = KnobSpace(nodes, os.cpu_count() or 1)
         for offset in range(8):  # paper.py draws with its seed + the workload's place in its run
-            rng, drawn = random.Random(result.get("draw_seed", DRAW_SEED) + offset), []
-            for _ in range(result["fixed_settings"]):
-                drawn.append(space.sample(rng, exclude=drawn))
-            for setting in drawn:
+            for setting in draw_settings(space, result["fixed_settings"], result.get("draw_seed", DRAW_SEED) + offset):
                 if short_form(setting) == best:
                     return setting
     return None
@@ -75,26 +70,13 @@ def job_class(name: str, mode: str):
     return (workloads.EXAMPLES if mode == "smoke" else workloads.SIZED)[name]
 
 
-def _row(result) -> dict:
-    """A job's figures, with the setting it ran most iterations under."""
-    repo = Repository(result.db, create=False)
-    try:
-        most = next(repo.rows("select s.short from iterations i join settings s on s.id = i.setting_id "
-                              "where i.job_id = ? group by s.id order by count(*) desc limit 1", (result.job_id,)),
-                    {}).get("short")
-    finally:
-        repo.close()
-    return {"job_id": result.job_id, "status": result.status, "completion_time_s": result.completion_time_s,
-            "iterations": result.iterations, "most_used_setting": most}
-
-
 def _arm(name, mode, grid, cap, db, log, **options) -> dict:
     cls = job_class(name, mode)
     started = time.monotonic()
     with LocalCluster(default_node_count()) as cluster:
         results = tfonline.sweep(cls, {"learning_rate": grid}, db=db, cluster=cluster, quiet=True,
                                  max_seconds=cap, **options)
-    rows = [_row(r) for r in results]
+    rows = [job_row(r.db, r.job_id) for r in results]
     for lr, r in zip(grid, rows):
         log(f"    lr {lr:<6} {r['status']:<10} {r['completion_time_s']:7.1f} s {r['iterations']:>7} it  "
             f"{r['most_used_setting']}")
@@ -114,7 +96,8 @@ def _fixed(name, mode, grid, cap, db, log) -> dict:
                     continue
                 job = cls()
                 job.learning_rate = grid[index]
-                runs[label] = _row(job.run(setting=setting, db=db, cluster=cluster, quiet=True, max_seconds=cap))
+                runs[label] = job_row(db, job.run(setting=setting, db=db, cluster=cluster, quiet=True,
+                                                        max_seconds=cap).job_id)
                 log(f"    lr {grid[index]:<6} {label:<10} {runs[label]['status']:<10} "
                     f"{runs[label]['completion_time_s']:7.1f} s")
             out[index] = runs

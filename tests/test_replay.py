@@ -120,3 +120,20 @@ def test_the_switches_are_read_from_the_segments_and_an_empty_one_gives_way(tmp_
     assert got.start == a and got.switches == [(100, {"ps": 2}), (200, {"ps": 1})]
     assert (got.job_class, got.attributes, got.mode, got.seed, got.iterations) == ("jobs:TinyLogR", {"lr": 0.3},
                                                                                    "sync", 3, 300)
+
+
+@pytest.mark.fast
+def test_the_comparison_says_whether_a_sync_replay_is_exact():
+    from tfonline.replay import Comparison
+
+    exact = Comparison("a", "b", "sync", 300, 300, None, 0.0, [(100, 100)])
+    assert exact.exact and exact.text().splitlines()[1:] == [
+        "  switches: 1, 1 at their recorded step", "  losses: 300 of 300 steps identical",
+        "  exact: the same settings at the same steps and the same loss at every step"]
+    late = Comparison("a", "b", "sync", 300, 290, 101, 0.25, [(100, 103)])
+    assert not late.exact and late.text().splitlines()[1:] == [
+        "  switches: 1, 0 at their recorded step (recorded->replayed: 100->103)",
+        "  losses: 290 of 300 steps identical; first difference at step 101, largest 0.25",
+        "  NOT exact: a synchronous replay should be (is the data, or the machine, another?)"]
+    missing = Comparison("a", "b", "async", 300, 120, 121, 0.1, [(100, None)])
+    assert "100->none" in missing.text() and not missing.exact

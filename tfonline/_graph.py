@@ -487,14 +487,14 @@ def _sync_ops(optimizer, grads_and_vars, worker_rank: int, worker_count: int, gl
     for grad, var in grads_and_vars:
         dtype, shape = var.dtype.base_dtype, tuple(var.shape.as_list())
         with tf.device(var.device):
-            mine = _accumulator(var, worker_rank, dtype, shape, container)
+            every = [_accumulator(var, rank, dtype, shape, container) for rank in range(worker_count)]
+            mine = every[worker_rank]
             with tf.control_dependencies([_created(mine, dtype, shape)]):
                 if isinstance(grad, tf.IndexedSlices):
                     accumulate.append(tf.raw_ops.ResourceScatterAdd(resource=mine, indices=grad.indices,
                                                                     updates=grad.values))
                 else:
                     accumulate.append(tf.raw_ops.AssignAddVariableOp(resource=mine, value=grad))
-            every = [_accumulator(var, rank, dtype, shape, container) for rank in range(worker_count)]
             total = tf.add_n([tf.raw_ops.ReadVariableOp(resource=h, dtype=dtype) for h in every])
             mean_grads.append((total / worker_count, var))
             accumulators += [(h, dtype, shape, var.device) for h in every]

@@ -204,7 +204,7 @@ class TrainingState:
                 self.points.append((self.step, loss, now))
                 if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Switcher.record_cost
                     self.switch_points.append((self.step, loss, now))
-                if self.goal is not None and len(self.points) >= self.goal or self.held():
+                if (self.goal is not None and len(self.points) >= self.goal) or self.held():
                     self.wake.set()
             self.recorder.iteration(step=self.step, worker=worker, setting_id=setting_id, segment=segment,
                                     exec_time_s=exec_time_s, loss=loss, smoothed_loss=smoothed, wall_time=now)

@@ -30,7 +30,6 @@ as ``extra_knobs``).
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -116,30 +115,36 @@ def recorded(db: str | os.PathLike, job_id: str) -> Recorded:
         if not job["job_class"]:
             raise ReplayError(f"job {job_id} was recorded without its class (by tfonline 0.2 or older): "
                               f"it cannot be replayed")
-        segments = list(repo.rows(
-            "select g.start_step, s.knobs from segments g join settings s on s.id = g.setting_id "
-            "where g.job_id = ? order by g.segment", (job_id,)))
+        settings = _settings(repo, job_id)
     finally:
         repo.close()
-    settings = [(row["start_step"], json.loads(row["knobs"])) for row in segments if row["start_step"] is not None]
-    if not settings:
+    if settings is None:
         raise ReplayError(f"job {job_id} has no recorded segments: it never trained, there is nothing to replay")
+    start, switches = settings
+    return Recorded(job_id, job["job_class"], json.loads(job["attributes"] or "{}"), job["mode"], job["seed"] or 0,
+                    job["iterations"] or 0, job["target_loss"], job["node_count"], start, switches,
+                    json.loads(job["signature"]) if job["signature"] else None)
+
+
+def _settings(repo, job_id: str) -> tuple[dict[str, Any], list[tuple[int, dict[str, Any]]]] | None:
+    """Job ``job_id``'s first setting and its switches (the step each came after, and the knobs it changed),
+    from its segments; None without any."""
     # The setting from each step on: a segment that ran no iteration (two switches one after the other) gives
     # way to the next one from the same step.
-    from_step: dict[int, dict[str, Any]] = {}
-    for start_step, setting in settings:
-        from_step[start_step] = setting
+    from_step = {row["start_step"]: json.loads(row["knobs"]) for row in repo.rows(
+        "select g.start_step, s.knobs from segments g join settings s on s.id = g.setting_id "
+        "where g.job_id = ? and g.start_step is not null order by g.segment", (job_id,))}
+    if not from_step:
+        return None
     steps = sorted(from_step)
-    start, switches = from_step[steps[0]], []
-    current = start
+    current = from_step[steps[0]]
+    switches = []
     for step in steps[1:]:
         setting = from_step[step]
         if setting != current:
             switches.append((step - 1, {k: v for k, v in setting.items() if current.get(k) != v}))
             current = setting
-    return Recorded(job_id, job["job_class"], json.loads(job["attributes"] or "{}"), job["mode"], job["seed"] or 0,
-                    job["iterations"] or 0, job["target_loss"], job["node_count"], start, switches,
-                    json.loads(job["signature"]) if job["signature"] else None)
+    return from_step[steps[0]], switches
 
 
 def replay(db: str | os.PathLike, job_id: str, *, cluster=None, nodes: int | None = None,
@@ -236,13 +241,13 @@ def compare(db: str | os.PathLike, original: str, replayed: str) -> Comparison:
         mode = next(repo.rows("select mode from jobs where id = ?", (original,)))["mode"]
         losses = [{row["step"]: row["loss"] for row in repo.rows(
             "select step, loss from iterations where job_id = ?", (job,))} for job in (original, replayed)]
+        recorded_switches, switched = [(_settings(repo, job) or ({}, []))[1] for job in (original, replayed)]
     finally:
         repo.close()
     steps = sorted(set(losses[0]) & set(losses[1]))
     differing = [s for s in steps if losses[0][s] != losses[1][s]]
     largest = max((abs(losses[0][s] - losses[1][s]) for s in differing), default=0.0)
-    switched = recorded(db, replayed).switches
     pairs = [(step, switched[i][0] if i < len(switched) and switched[i][1] == changes else None)
-             for i, (step, changes) in enumerate(recorded(db, original).switches)]
+             for i, (step, changes) in enumerate(recorded_switches)]
     return Comparison(original, replayed, mode, len(steps), len(steps) - len(differing),
-                      differing[0] if differing else None, largest if math.isfinite(largest) else math.inf, pairs)
+                      differing[0] if differing else None, largest, pairs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from tfonline._identity import own_attributes
 from tfonline.setting import Knob
 from tfonline.tuner.inherit import Inheritance, inherit
 from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
@@ -55,8 +56,6 @@ class Tuning:
                 technique: str = "online", job_id: str | None = None, signature=None) -> TuningManager:
         """The job's tuning manager, started from what it inherits (``resume``: see :mod:`tfonline.tuner.inherit`);
         its ``inheritance`` says from which jobs."""
-        from tfonline._identity import own_attributes
-
         inheritance = (inherit(repo, job_id, job.name, signature, space, attributes=own_attributes(job))
                        if self.resume else Inheritance())
         manager = TuningManager(
