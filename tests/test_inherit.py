@@ -47,7 +47,7 @@ def test_a_similar_jobs_observations_teach_the_gp_the_settings_this_job_has_not_
     unseen = _settings(space, 20, seed + 100)
     truth = np.log([sim.seconds_per_iteration(s) for s in unseen])
     own = [Observation(s, 0.5, sim.seconds_per_iteration(s)) for s in tried[:4]]
-    other = [Observation(s, 0.55, 1.5 * sim.seconds_per_iteration(s), distance=0.3) for s in tried[4:]]
+    other = [Observation(s, 0.55, 1.5 * sim.seconds_per_iteration(s), distance=0.3, job="other") for s in tried[4:]]
     with_other = _fit(space, other + own, tried[0], seed).predict(unseen)[0]
     alone = _fit(space, own, tried[0], seed).predict(unseen)[0]
     assert spearmanr(with_other, truth)[0] > 0.9

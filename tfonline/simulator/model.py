@@ -1,6 +1,6 @@
 """The simulator's models of a cluster and a job: speed, convergence and switch costs.
 
-**Speed** (:class:`SpeedModel`). One worker's step takes
+**Speed** (:class:`SpeedModel`, from :mod:`tfonline.tuner.speed`, which the tuner shares). One worker's step takes
 
     T(s) = θ·φ(s),  θ ≥ 0,
 
@@ -35,90 +35,14 @@ that has it on (as on TensorFlow, see :func:`tfonline.reconfig.switch_parts`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
 
 import numpy as np
 
 from tfonline.exceptions import ConfigurationError
 from tfonline.reconfig.plan import THREAD_KNOBS, Plan
-
-# The speed model's features, in θ's order.
-FEATURES = ("base", "w/p", "w", "p", "1/intra", "1/inter", "crowding", "jit:ON_1", "jit:ON_2")
-
-
-def features(setting: Mapping[str, Any], hosts: int, cores: int) -> np.ndarray:
-    """φ(setting) on ``hosts`` machines of ``cores`` cores each (see :data:`FEATURES`).
-
-    The nodes are spread over the hosts, workers first; crowding is how far
-    the busiest host's workers ask for more intra-op threads than it has
-    cores (0 when they fit). XLA's term counts the workers that share the
-    busiest host: its extra work per step competes for the same cores.
-    """
-    p, w = setting["ps"], setting["worker"]
-    intra, inter = setting["intra_op_parallelism_threads"], setting["inter_op_parallelism_threads"]
-    jit = setting.get("global_jit_level", "OFF")
-    workers_per_host = math.ceil(w / hosts)
-    crowding = max(0.0, workers_per_host * intra / cores - 1.0)
-    return np.array([1.0, w / p, w, p, 1.0 / intra, 1.0 / inter, crowding,
-                     workers_per_host * (jit == "ON_1"), workers_per_host * (jit == "ON_2")])
-
-
-@dataclass
-class SpeedModel:
-    """Seconds per worker step, ``theta · features(setting)``, on ``hosts`` machines of ``cores`` cores.
-
-    ``compile_s`` maps a ``global_jit_level`` to the seconds XLA's
-    compilation costs at the first step on it.
-    """
-
-    theta: Sequence[float]
-    hosts: int
-    cores: int
-    sync: bool = False
-    compile_s: Mapping[str, float] = field(default_factory=dict)
-
-    def __post_init__(self):
-        self.theta = [float(t) for t in self.theta]
-        if len(self.theta) != len(FEATURES) or any(not t >= 0 for t in self.theta):
-            raise ConfigurationError(f"theta must be {len(FEATURES)} numbers >= 0 ({', '.join(FEATURES)}), "
-                                     f"got {self.theta!r}")
-
-    def step_s(self, setting: Mapping[str, Any]) -> float:
-        """One worker's step (a synchronous step: every worker's)."""
-        return float(np.dot(self.theta, features(setting, self.hosts, self.cores)))
-
-    def iteration_s(self, setting: Mapping[str, Any]) -> float:
-        """The job's time per iteration: a step, shared by the workers that take them side by side."""
-        step = self.step_s(setting)
-        return step if self.sync else step / setting["worker"]
-
-    @classmethod
-    def fit(cls, runs: Sequence[tuple[Mapping[str, Any], float]], hosts: int, cores: int, sync: bool = False,
-            compile_s: Mapping[str, float] | None = None) -> "SpeedModel":
-        """The model that fits ``runs``, ``(setting, seconds per iteration)``, by non-negative least squares.
-
-        Each run weighs by its relative error (the fit minimises squared
-        relative errors), so fast settings count as much as slow ones.
-        """
-        from scipy.optimize import nnls
-
-        if len(runs) < 2:
-            raise ConfigurationError(f"a speed model needs at least 2 runs to fit, got {len(runs)}")
-        x = np.array([features(s, hosts, cores) for s, _ in runs])
-        steps = np.array([t if sync else t * s["worker"] for s, t in runs])
-        theta, _ = nnls(x / steps[:, None], np.ones(len(runs)))
-        return cls(theta, hosts, cores, sync, dict(compile_s or {}))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"theta": dict(zip(FEATURES, self.theta)), "hosts": self.hosts, "cores": self.cores,
-                "sync": self.sync, "compile_s": dict(self.compile_s)}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "SpeedModel":
-        theta = d["theta"]
-        return cls([theta[f] for f in FEATURES], d["hosts"], d["cores"], d.get("sync", False),
-                   d.get("compile_s", {}))
+from tfonline.tuner.speed import FEATURES, SpeedModel, features  # noqa: F401 (re-exported: the simulator's speed)
 
 
 @dataclass

@@ -25,6 +25,7 @@ import numpy as np
 
 from tfonline.setting import setting_key
 from tfonline.tuner.space import KnobSpace
+from tfonline.tuner.speed import MODEL_KNOBS, SpeedPrior
 
 _gpyopt = None
 
@@ -106,6 +107,7 @@ class Observation:
     loss: float
     per_iteration_s: float
     distance: float = 0.0  # inherited from another job: its workload's distance from this one's (0: this job's)
+    job: str = ""  # the job it comes from ("": this job)
 
 
 def window(observations: Sequence[Observation], size: int = MAX_OBSERVATIONS) -> list[Observation]:
@@ -180,6 +182,13 @@ class GPOptimizer:
     intends: with the sum alone, the mean is F(setting) + G(loss), the same
     ranking at every loss.
 
+    The GP's first guess is the speed model fitted to every job's
+    observations (:class:`~tfonline.tuner.speed.SpeedPrior`), when it
+    predicts settings left out of its fit; the GP's output is then log t
+    less that guess, at each observation's job's scale, and predictions add
+    the guess back at this job's scale. A setting never tried is then
+    predicted from the model, not from the mean of all observations.
+
     EI is computed on log R̂ and converted to seconds at the current loss:
     an expected improvement Δ of log R̂ is worth ``R̂_cur·(1 − e^−Δ)``
     seconds, with R̂_cur the predicted R̂ of the current setting. That is
@@ -212,12 +221,19 @@ class GPOptimizer:
                 return [{"name": "nodes", "constraint": f"x[:,{free.index(name)}] + {fixed} - {n}"}]
         return None
 
-    def _model(self, observations: Sequence[Observation], loss: float):
+    def prior(self, observations: Sequence[Observation]) -> SpeedPrior | None:
+        """The speed model fitted to the observations of every job, as the GP's first guess (None: none fits)."""
+        return SpeedPrior.fit([o.setting for o in observations], [max(o.per_iteration_s, 1e-12) for o in observations],
+                              [o.job for o in observations], self.space.cores)
+
+    def _model(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None):
         gpyopt = _import()
         jobs = inherited(observations)
         x = np.array([self.space.encode(o.setting) + [o.loss] + ([o.distance] if jobs else []) for o in observations],
                      dtype=float)
         y = np.log(np.array([[max(o.per_iteration_s, 1e-12)] for o in observations], dtype=float))
+        if prior is not None:  # the GP learns what the speed model misses
+            y = y - prior.log_seconds([o.setting for o in observations], [o.job for o in observations])[:, None]
         domain = self._domain(observations, loss)
         width = gpyopt.core.task.space.Design_space(domain).dimensionality - jobs  # one-hot columns included
         gpy = gpyopt.models.gpmodel.GPy
@@ -235,9 +251,9 @@ class GPOptimizer:
             max_iters=GP_FIT_ITERATIONS)
         return bo, y
 
-    def _fitted(self, observations: Sequence[Observation], loss: float):
+    def _fitted(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None):
         """The model of :meth:`_model`, fitted as GPyOpt's ``suggest_next_locations`` fits it."""
-        bo, y = self._model(observations, loss)
+        bo, y = self._model(observations, loss, prior)
         bo.context, bo.model_parameters_iterations, bo.num_acquisitions = None, None, 0
         bo._update_model(bo.normalization_type)
         return bo, y
@@ -249,9 +265,10 @@ class GPOptimizer:
         seeded fit."""
         if len(observations) < 2:
             raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
+        prior = self.prior(observations)  # from every observation, not only the GP's window
         observations = window(observations)
-        bo, y = self._fitted(observations, loss)
-        return Fitted(self, bo, y, observations, loss, current, iterations_left, speed)
+        bo, y = self._fitted(observations, loss, prior)
+        return Fitted(self, bo, y, observations, loss, current, iterations_left, speed, prior)
 
     def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
                 hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None) -> Suggestion:
@@ -333,8 +350,9 @@ class Fitted:
     """A fitted GP, read at one loss against the current setting: predictions of log R̂ and EI over settings."""
 
     def __init__(self, optimizer: GPOptimizer, bo, y: np.ndarray, observations: Sequence[Observation], loss: float,
-                 current: dict[str, Any], iterations_left: float, speed: SpeedOf | None):
-        self.optimizer, self.space, self.bo, self.y = optimizer, optimizer.space, bo, y
+                 current: dict[str, Any], iterations_left: float, speed: SpeedOf | None,
+                 prior: SpeedPrior | None = None):
+        self.optimizer, self.space, self.bo, self.y, self.prior = optimizer, optimizer.space, bo, y, prior
         self.observations, self.loss, self.speed = list(observations), float(loss), speed
         self.context = [self.loss] + ([0.0] if inherited(observations) else [])  # predictions are for this job
         self.offset = math.log(max(iterations_left, 1e-12))
@@ -355,10 +373,21 @@ class Fitted:
 
     def _grid_keys(self, grid: np.ndarray) -> list[tuple]:
         """The speed key of each row of encoded settings."""
-        if self.speed is None:
-            return [()] * len(grid)
+        return self._grid_values(grid, self.speed.names) if self.speed is not None else [()] * len(grid)
+
+    def _prior_of_grid(self, grid: np.ndarray) -> np.ndarray:
+        """The prior's log time per iteration of each row of encoded settings (0 without a prior)."""
+        if self.prior is None:
+            return np.zeros(len(grid))
+        values = self._grid_values(grid, MODEL_KNOBS)
+        unique = list(dict.fromkeys(values))
+        logs = dict(zip(unique, self.prior.log_seconds([dict(zip(MODEL_KNOBS, v)) for v in unique])))
+        return np.array([logs[v] for v in values])
+
+    def _grid_values(self, grid: np.ndarray, names: Sequence[str]) -> list[tuple]:
+        """The values of knobs ``names`` in each row of encoded settings."""
         columns = []
-        for name in self.speed.names:
+        for name in names:
             if name in self.space.free:
                 codes = grid[:, self.space.free.index(name)]
                 value = {code: self.space.decode_value(name, code) for code in np.unique(codes)}
@@ -378,7 +407,8 @@ class Fitted:
                 columns.append(x[:, [k]])
         mean, var = self.bo.model.predict(np.hstack(columns), with_noise=False)
         scale = float(np.std(self.y)) or 1.0
-        return np.ravel(mean) * scale + float(np.mean(self.y)) + self.offset, np.ravel(var) * scale * scale
+        mean = np.ravel(mean) * scale + float(np.mean(self.y)) + self.offset + self._prior_of_grid(grid)
+        return mean, np.ravel(var) * scale * scale
 
     def scores(self, grid: np.ndarray) -> np.ndarray:
         """−EI over the current setting (lower is better) of encoded settings: E[max(log R̂(current) −
@@ -404,6 +434,8 @@ class Fitted:
         cov = np.atleast_2d(self.bo.model.predict_covariance(inputs, with_noise=False))
         scale = float(np.std(self.y)) or 1.0
         mean, cov = np.ravel(mean) * scale + float(np.mean(self.y)) + self.offset, cov * scale * scale
+        if self.prior is not None:
+            mean = mean + self.prior.log_seconds(settings)
         keys = self._keys(settings)
         speed_mean, speed_var = self._speeds(keys)
         same = np.array([[a == b for b in keys] for a in keys], dtype=float)

@@ -408,7 +408,7 @@ class TuningManager:
 
     def usable_observations(self) -> list[Observation]:
         """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
-        return [Observation(t.setting, t.loss_before, t.per_iteration_s, t.distance) for t in self.triples
+        return [Observation(t.setting, t.loss_before, t.per_iteration_s, t.distance, t.source or "") for t in self.triples
                 if t.per_iteration_s is not None and math.isfinite(t.loss_before)]
 
     def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
