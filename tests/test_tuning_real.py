@@ -105,6 +105,7 @@ def test_a_second_run_resumes_tuning(tuned):
      "exploration_budget must be a fraction between 0 and 1, or None, got -0.5"),
     (dict(tune=True, tuning={"overhead_share": 0}), r"overhead_share must be a fraction > 0 and <= 1, or None, got 0"),
     (dict(tune=True, tuning=[1]), "tuning must be a dict of options, got list"),
+    (dict(tune=True, tuning={"speed_prior": "yes"}), "speed_prior must be True or False, got 'yes'"),
     (dict(space={"worker": 1}), "space, extra_knobs and tuning apply only with tune=True, got tune=False"),
 ])
 def test_bad_tuning_input_fails_before_training(cluster, db_path, kwargs, message):

@@ -172,10 +172,12 @@ class MLJobFramework:
                 no limit, the paper's random phase), ``overhead_share``
                 (default 0.02: a segment lasts at least 50 times the
                 tuner's latest decision, so deciding takes at most 2% of
-                the job; None: no such bound) and ``resume`` (default
+                the job; None: no such bound), ``resume`` (default
                 True: start from the triples that earlier jobs in ``db``
                 with a similar workload left, see
-                :mod:`tfonline.tuner.inherit`).
+                :mod:`tfonline.tuner.inherit`) and ``speed_prior``
+                (default False: the speed model as the GP's first guess,
+                see :mod:`tfonline.tuner.speed`).
             reconfig: how a switch is made (see :mod:`tfonline.reconfig`):
                 ``"online"`` (the cheapest technique built for the change)
                 ``"restart"`` (always read, rebuild and restore) or
@@ -283,7 +285,7 @@ def _tuning_plan(tune, tuning, space, extra_knobs, schedule, estimator, estimato
         if tuning is not None and not isinstance(tuning, dict):
             raise ConfigurationError(f"tuning must be a dict of options, got {type(tuning).__name__}")
         known = {"initial_iterations", "random_settings", "segment_iterations", "min_segment_s",
-                 "exploration_budget", "overhead_share", "resume"}
+                 "exploration_budget", "overhead_share", "resume", "speed_prior"}
         unknown = sorted(set(tuning or {}) - known)
         if unknown:
             raise ConfigurationError(

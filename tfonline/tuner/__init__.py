@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from tfonline._identity import own_attributes
+from tfonline.exceptions import ConfigurationError
 from tfonline.setting import Knob
 from tfonline.tuner.inherit import Inheritance, inherit
 from tfonline.tuner.manager import EXPLORATION_BUDGET, OVERHEAD_SHARE, Triple, TuningManager, check_options
@@ -37,11 +38,14 @@ class Tuning:
     overhead_share: float | None = OVERHEAD_SHARE
     estimator_factory: Any = None
     resume: bool = True
+    speed_prior: bool = False  # the speed model as the GP's first guess (tfonline.tuner.speed.SpeedPrior)
     schedule: Sequence[tuple[int, dict[str, Any]]] | None = None  # run(schedule=...): switches, not tuning
 
     def __post_init__(self):
         check_options(self.initial_iterations, self.random_settings, self.segment_iterations, self.min_segment_s,
                       self.exploration_budget, self.overhead_share)
+        if not isinstance(self.speed_prior, bool):
+            raise ConfigurationError(f"speed_prior must be True or False, got {self.speed_prior!r}")
 
     def space(self, node_count: int, fixed_threads=None) -> KnobSpace:
         import os
@@ -63,7 +67,7 @@ class Tuning:
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
             history=inheritance.triples, exploration_budget=self.exploration_budget, technique=technique,
-            overhead_share=self.overhead_share)
+            overhead_share=self.overhead_share, speed_prior=self.speed_prior)
         manager.inheritance = inheritance
         return manager
 

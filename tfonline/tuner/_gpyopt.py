@@ -182,9 +182,9 @@ class GPOptimizer:
     intends: with the sum alone, the mean is F(setting) + G(loss), the same
     ranking at every loss.
 
-    The GP's first guess is the speed model fitted to every job's
-    observations (:class:`~tfonline.tuner.speed.SpeedPrior`), when it
-    predicts settings left out of its fit; the GP's output is then log t
+    With ``speed_prior``, the GP's first guess is the speed model fitted to
+    every job's observations (:class:`~tfonline.tuner.speed.SpeedPrior`),
+    when it predicts settings left out of its fit; the GP's output is then log t
     less that guess, at each observation's job's scale, and predictions add
     the guess back at this job's scale. A setting never tried is then
     predicted from the model, not from the mean of all observations.
@@ -195,11 +195,12 @@ class GPOptimizer:
     what is compared with a reconfiguration's cost (see :meth:`suggest`).
     """
 
-    def __init__(self, space: KnobSpace, seed: int = 0):
+    def __init__(self, space: KnobSpace, seed: int = 0, speed_prior: bool = False):
         if not space.free:
             raise ValueError("the space has no free knob")
         self.space = space
         self.seed = seed
+        self.speed_prior = speed_prior
 
     def _domain(self, observations: Sequence[Observation], loss: float) -> list[dict[str, Any]]:
         losses = [o.loss for o in observations] + [loss]
@@ -222,7 +223,10 @@ class GPOptimizer:
         return None
 
     def prior(self, observations: Sequence[Observation]) -> SpeedPrior | None:
-        """The speed model fitted to the observations of every job, as the GP's first guess (None: none fits)."""
+        """The speed model fitted to the observations of every job, as the GP's first guess (None: not asked
+        for, or none fits)."""
+        if not self.speed_prior:
+            return None
         return SpeedPrior.fit([o.setting for o in observations], [max(o.per_iteration_s, 1e-12) for o in observations],
                               [o.job for o in observations], self.space.cores)
 

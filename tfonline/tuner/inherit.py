@@ -65,8 +65,8 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
     before, the same name with the same ``attributes`` (:func:`tfonline._identity.own_attributes`; a job
     recorded without them counts by its name). Another learning rate falls at another pace per
     iteration, and its slopes, read against this job's curve, would make the settings it ran look faster
-    or slower than they are for this job. (Suspected, not measured apart, in the sweep benchmark's
-    fourth CNN job, which needed 2.9x the iterations of the same job tuned from scratch.)
+    or slower than they are for this job. (The sweep benchmark's fourth CNN job settled on slowly
+    converging settings with them and, in a second run, without them: they were not its cause.)
     """
     rows = repo.rows(
         "select j.id as job_id, j.name, j.signature, t.loss_before, t.per_iteration_s, t.remaining_iterations, "

@@ -197,7 +197,7 @@ class TuningManager:
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
                  exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online",
-                 overhead_share: float | None = OVERHEAD_SHARE):
+                 overhead_share: float | None = OVERHEAD_SHARE, speed_prior: bool = False):
         check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget,
                       overhead_share)
         self.overhead_share = overhead_share
@@ -215,7 +215,7 @@ class TuningManager:
         self._first_loss: float | None = None  # the loss before this run's first segment
         self.stretch = 1
         self.rng = random.Random(seed)
-        self.optimizer = GPOptimizer(space, seed) if space.free else None
+        self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
         self.costs = cost_model or CostModel()
         self.triples: list[Triple] = list(history)
         self.random_done = 0
