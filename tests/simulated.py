@@ -81,7 +81,7 @@ def SimulatedJob(seed: int, target_loss: float = 0.33) -> Segments:
     return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)
 
 
-def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:
+def make_manager(sp: KnobSpace, seed: int, target_loss: float = 0.33, **options) -> TuningManager:
     start = sp.start({"ps": 2, "worker": 1,
                       "intra_op_parallelism_threads": min(sp.values["intra_op_parallelism_threads"]),
                       "inter_op_parallelism_threads": min(sp.values["inter_op_parallelism_threads"]),
@@ -89,7 +89,11 @@ def make_manager(sp: KnobSpace, seed: int, **options) -> TuningManager:
     options.setdefault("initial_iterations", 40)
     options.setdefault("random_settings", 10)
     options.setdefault("segment_iterations", 40)
-    return TuningManager(sp, start, 0.33, lambda: get_estimator("hogwild"), min_segment_s=0, seed=seed, **options)
+    # Segments.drive runs segment_length() iterations and lets no time pass for the tuner's decisions, so an
+    # overhead share means nothing to it: every decision fits the GP, as it would with all the time it needs.
+    options.setdefault("overhead_share", None)
+    return TuningManager(sp, start, target_loss, lambda: get_estimator("hogwild"), min_segment_s=0, seed=seed,
+                         **options)
 
 
 # A surface where time per iteration and iterations needed pull apart: async staleness 0.5 per extra worker.

@@ -17,6 +17,7 @@ from tfonline.repository import Repository
 from tfonline.simulator import FEATURES, LossCurve, Simulation, SpeedModel, Workload, features, fixed_runs
 from tfonline.simulator.calibrate import calibrate
 from tfonline.tuner import Tuning
+from tfonline.tuner.manager import OVERHEAD_SHARE
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
@@ -137,6 +138,19 @@ def test_a_simulated_job_writes_the_repository_a_real_one_does(simulated_db, cap
     assert main(["report", db, "--job", tuned.job_id]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"job {tuned.job_id} (SmallJob, async)") and "decisions:" in out and "random " in out
+
+
+def test_the_tuners_decisions_take_at_most_their_share_of_the_simulated_job(simulated_db):
+    """The decisions' CPU time passes on the simulated clock; with the default share (2%) they take at most that
+    of the job, give or take the last one, and the decisions between two fits of the GP cost far less than a fit."""
+    db, tuned, _, _ = simulated_db
+    conn = sqlite3.connect(db)
+    costs = [c for (c,) in conn.execute("select overhead_s from decisions where job_id = ? and phase = 'online' "
+                                        "order by step", (tuned.job_id,))]
+    total = conn.execute("select sum(overhead_s) from decisions where job_id = ?", (tuned.job_id,)).fetchone()[0]
+    assert total == pytest.approx(tuned.manager.overhead_s)
+    assert total <= OVERHEAD_SHARE * (tuned.clock.now - tuned.started_at) + max(costs)
+    assert len(costs) >= 4 and sum(c < costs[0] / 4 for c in costs[1:]) >= 3  # the first fits; others reuse it
 
 
 def test_the_simulated_clock_is_the_models_time_and_fixed_runs_agree_with_the_loop(simulated_db):

@@ -150,6 +150,31 @@ def test_ei_is_maximised_over_every_setting_of_a_small_space():
     assert len(every) > 100 and scores.min() < np.median(scores)  # a choice that matters
 
 
+def test_a_fit_without_refit_takes_the_latest_fits_hyperparameters_and_conditions_on_new_observations():
+    space = sim.space()
+    optimizer = GPOptimizer(space, seed=5)
+    observations = _observations(space, 12, seed=2)
+    with _contained(5, 0):
+        first = optimizer.fit(observations[:10], 0.5, observations[0].setting)
+        reused = optimizer.fit(observations, 0.5, observations[0].setting, refit=False)
+        refitted = GPOptimizer(space, seed=5).fit(observations, 0.5, observations[0].setting)
+    hyper = first.bo.model.model.param_array
+    assert first.refitted and not reused.refitted and refitted.refitted
+    assert np.array_equal(reused.bo.model.model.param_array, hyper)
+    assert not np.allclose(refitted.bo.model.model.param_array, hyper)  # a fit of 12 would have moved them
+    # conditioned on all 12: the two new observations' settings are predicted near what they measured
+    new = observations[10:]
+    predicted = np.exp(reused.predict([o.setting for o in new])[0] - reused.offset)
+    before = np.exp(first.predict([o.setting for o in new])[0] - first.offset)
+    measured = np.array([o.per_iteration_s for o in new])
+    assert np.all(np.abs(np.log(predicted / measured)) < np.abs(np.log(before / measured)))
+    # another kernel form (an inherited job's column) is fitted whatever refit says
+    inherited = observations[:6] + [Observation(o.setting, o.loss, o.per_iteration_s, 0.5, "other")
+                                    for o in observations[6:]]
+    with _contained(5, 1):
+        assert optimizer.fit(inherited, 0.5, observations[0].setting, refit=False).refitted
+
+
 def test_in_a_large_space_ei_is_maximised_by_a_climb_to_a_local_optimum(monkeypatch):
     monkeypatch.setattr(_gpyopt, "ENUMERATE_AT_MOST", 300)  # of the 4 x 4 x 4 x 4 x 3 settings, 300 sampled
     space = sim.space()
@@ -295,16 +320,47 @@ def test_without_a_budget_the_random_phase_runs_all_its_settings():
 
 @pytest.mark.parametrize("share", [0.02, 0.5, None])
 def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_share(share):
-    """overhead_share: after each decision, the next segment lasts at least the decision's time over the share
-    (so deciding takes at most that share of the job); None leaves only min_segment_s (0 here)."""
+    """overhead_share: after each decision, the next segment lasts until the tuner's time so far is within the
+    share of the job's (deciding takes at most that share of the job, give or take the latest decision); None
+    leaves only min_segment_s (0 here)."""
     space = sim.space()
     manager = sim.make_manager(space, 0, overhead_share=share)
     job = sim.SimulatedJob(0)
     for _ in range(12):
         (decision,) = job.drive(manager, 1)
         assert decision.overhead_s > 0
-        expected = 0.0 if share is None else decision.overhead_s / share
+        expected = 0.0 if share is None else max(0.0, manager.overhead_s / share - manager.elapsed_s)
         assert manager.segment_seconds() == pytest.approx(expected)
+
+
+def test_decisions_refit_the_gp_as_often_as_the_overhead_share_pays_for():
+    """The first decision that asks the GP fits its hyperparameters; a later one refits only when the tuner's
+    time so far and one more fit (at the latest fit's cost) stay within the share of the job's elapsed time;
+    the others reuse the latest fit."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0, 0.305, overhead_share=0.05, segment_iterations=150)  # the job lasts
+    suggest, asked = manager.optimizer.suggest, []
+
+    def spy(*args, refit=True, **kwargs):
+        suggestion = suggest(*args, refit=refit, **kwargs)
+        asked.append((refit, suggestion.refitted))
+        return suggestion
+
+    manager.optimizer.suggest = spy
+    job, fit_cost, refits = sim.SimulatedJob(0, 0.305), None, []
+    for _ in range(30):
+        spent, before = manager.overhead_s, len(asked)
+        (decision,) = job.drive(manager, 1)
+        elapsed = manager.elapsed_s  # the decision was taken after the segment, as now
+        if len(asked) == before:
+            continue  # a random setting: no GP
+        refit, refitted = asked[-1]
+        assert refitted == refit  # the kernel keeps its form on one job
+        assert refit == (fit_cost is None or spent + fit_cost <= 0.05 * elapsed)
+        if refit:
+            fit_cost = decision.overhead_s
+        refits.append(refit)
+    assert refits[0] and refits.count(True) >= 2 and refits.count(False) >= 2, refits
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -360,7 +416,7 @@ def test_a_setting_that_needs_more_iterations_loses_to_one_that_finishes_first(s
     space = sim.stale_space()
     manager = TuningManager(space, space.start({"worker": 4}), 0.305, lambda: get_estimator("hogwild"),
                             initial_iterations=100, random_settings=3, segment_iterations=100, min_segment_s=0,
-                            seed=seed)
+                            seed=seed, overhead_share=None)  # drive() lets no time pass for decisions (simulated.py)
     decisions = sim.stale_job(seed).drive(manager, 40)
 
     def time_per_progress(s):

@@ -43,6 +43,7 @@ MAX_OBSERVATIONS = 30
 # time and ended as close to the best fixed setting, and the tuner's tests
 # on the known surface (tests/test_tuner_loop.py) pass unchanged.
 GP_FIT_ITERATIONS = 100
+GP_FIT_RESTARTS = 2  # L-BFGS starts per fit: GPy's initial hyperparameters, and one random draw
 
 # EI is maximised over the discrete settings themselves (see Fitted.maximise):
 # every setting when the space has at most this many, else this many random
@@ -149,6 +150,7 @@ class Suggestion:
     candidates: list[Candidate]  # s* first, then s* with the held knobs at their current values (if any)
     current_s: float  # the GP's mean remaining time of the current setting
     best_known: Prediction | None = None  # the observed setting (not the current) predicted best at the loss
+    refitted: bool = True  # the GP's hyperparameters were fitted for it (else the latest fit's: GPOptimizer.fit)
 
     @property
     def setting(self) -> dict[str, Any]:
@@ -201,6 +203,7 @@ class GPOptimizer:
         self.space = space
         self.seed = seed
         self.speed_prior = speed_prior
+        self._latest_fit: tuple[tuple, np.ndarray] | None = None  # the kernel's form and all hyperparameters
 
     def _domain(self, observations: Sequence[Observation], loss: float) -> list[dict[str, Any]]:
         losses = [o.loss for o in observations] + [loss]
@@ -251,31 +254,51 @@ class GPOptimizer:
                       + gpy.kern.Matern52(1, active_dims=[width], name="job_level"))
         bo = gpyopt.methods.BayesianOptimization(
             f=None, domain=domain, constraints=self._constraints(), X=x, Y=y, kernel=kernel,
-            acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False, optimize_restarts=2,
-            max_iters=GP_FIT_ITERATIONS)
+            acquisition_type="EI", normalize_Y=True, exact_feval=False, de_duplication=False,
+            optimize_restarts=GP_FIT_RESTARTS, max_iters=GP_FIT_ITERATIONS)
         return bo, y
 
-    def _fitted(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None):
-        """The model of :meth:`_model`, fitted as GPyOpt's ``suggest_next_locations`` fits it."""
+    def _fitted(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None, refit: bool):
+        """The model of :meth:`_model`, fitted as GPyOpt's ``suggest_next_locations`` fits it, or, unless
+        ``refit``, given the hyperparameters of the latest fit of a kernel of the same form (see :meth:`fit`).
+        Returns (bo, y, whether its hyperparameters were fitted)."""
         bo, y = self._model(observations, loss, prior)
         bo.context, bo.model_parameters_iterations, bo.num_acquisitions = None, None, 0
+        form = tuple(bo.model.kernel.parameter_names_flat())  # GPyOpt makes the GPy model from it in _update_model
+        reuse = not refit and self._latest_fit is not None and self._latest_fit[0] == form
+        if reuse:
+            bo.model.max_iters = 0
         bo._update_model(bo.normalization_type)
-        return bo, y
+        if reuse:
+            bo.model.model[:] = self._latest_fit[1]
+        else:
+            self._latest_fit = (form, bo.model.model.param_array.copy())
+        return bo, y, not reuse
 
     def fit(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
-            iterations_left: float = 1.0, speed: SpeedOf | None = None) -> "Fitted":
+            iterations_left: float = 1.0, speed: SpeedOf | None = None, refit: bool = True) -> "Fitted":
         """The GP fitted to ``observations`` (the latest :data:`MAX_OBSERVATIONS`, see :func:`window`), read at
         ``loss`` against ``current``. Run it inside :func:`_contained` (as :meth:`suggest` does) for a
-        seeded fit."""
+        seeded fit.
+
+        Fitting the kernel's hyperparameters (L-BFGS, :data:`GP_FIT_RESTARTS` starts) is nearly all of a
+        decision's cost: 0.6-2.4 s of CPU on the sweep benchmark's CNN jobs, against 0.1-0.2 s for the rest
+        (conditioning on the observations, and EI over every setting). With ``refit`` False the GP takes
+        the hyperparameters of the latest fit instead, when its kernel has the same form (the same knobs,
+        and a job column or not), and is only conditioned on today's observations
+        (:attr:`Fitted.refitted` says which). The tuning loop refits as often as its overhead share pays
+        for (:meth:`~tfonline.tuner.budget.OverheadBudget.refit_due`).
+        """
         if len(observations) < 2:
             raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
         prior = self.prior(observations)  # from every observation, not only the GP's window
         observations = window(observations)
-        bo, y = self._fitted(observations, loss, prior)
-        return Fitted(self, bo, y, observations, loss, current, iterations_left, speed, prior)
+        bo, y, refitted = self._fitted(observations, loss, prior, refit)
+        return Fitted(self, bo, y, observations, loss, current, iterations_left, speed, prior, refitted)
 
     def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
-                hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None) -> Suggestion:
+                hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None,
+                refit: bool = True) -> Suggestion:
         """The setting s* with the largest EI over ``current`` at ``loss``, and that EI in seconds.
 
         A setting's remaining time is R̂ = t × N / ρ: its time per
@@ -307,7 +330,7 @@ class GPOptimizer:
         """
         held = {name: self.space.encode_value(name, current[name]) for name in hold if name in self.space.free}
         with _contained(self.seed, len(window(observations))):
-            model = self.fit(observations, loss, current, iterations_left, speed)
+            model = self.fit(observations, loss, current, iterations_left, speed, refit)
             suggested = [model.maximise({})]
             if held:
                 suggested.append(model.maximise(held))
@@ -327,7 +350,7 @@ class GPOptimizer:
             gain = _expected_improvement(mean[0], mean[i], sd)
             candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
         best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
-        return Suggestion(candidates, current_s, best_known)
+        return Suggestion(candidates, current_s, best_known, model.refitted)
 
     def feasible(self, grid: np.ndarray) -> np.ndarray:
         """Which rows of encoded settings keep ps + worker within the cluster's nodes."""
@@ -355,8 +378,9 @@ class Fitted:
 
     def __init__(self, optimizer: GPOptimizer, bo, y: np.ndarray, observations: Sequence[Observation], loss: float,
                  current: dict[str, Any], iterations_left: float, speed: SpeedOf | None,
-                 prior: SpeedPrior | None = None):
+                 prior: SpeedPrior | None = None, refitted: bool = True):
         self.optimizer, self.space, self.bo, self.y, self.prior = optimizer, optimizer.space, bo, y, prior
+        self.refitted = refitted  # its hyperparameters were fitted to these observations (GPOptimizer.fit)
         self.observations, self.loss, self.speed = list(observations), float(loss), speed
         self.context = [self.loss] + ([0.0] if inherited(observations) else [])  # predictions are for this job
         self.offset = math.log(max(iterations_left, 1e-12))

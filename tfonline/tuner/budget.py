@@ -1,4 +1,4 @@
-"""The exploration budget of the tuning loop: what exploring may spend, and what it has spent."""
+"""The tuning loop's budgets: what exploring may spend (and has spent), and what its decisions may take."""
 
 from __future__ import annotations
 
@@ -48,3 +48,40 @@ class ExplorationBudget:
         if self._charge_switch and cost_s is not None:
             self.spent_s += cost_s
         self._charge_switch = False
+
+
+class OverheadBudget:
+    """The tuner's decisions may take ``share`` of the job: its thread's CPU time so far, against the job's
+    elapsed time; None: no limit.
+
+    Nearly all of a decision's cost is fitting the GP's hyperparameters
+    (0.6-2.4 s of CPU on the sweep benchmark's CNN jobs, against 0.1-0.2 s
+    for conditioning the GP and maximising EI), so a decision refits them
+    only when the share pays for it (:meth:`refit_due`), and a segment lasts
+    until the tuner's time so far is back within the share
+    (:meth:`segment_seconds`).
+    """
+
+    def __init__(self, share: float | None):
+        self.share = share
+        self.spent_s = 0.0
+        self.fit_cost_s: float | None = None  # the CPU time of the latest decision that fitted the GP
+
+    def decided(self, overhead_s: float, refitted: bool) -> None:
+        """A decision took ``overhead_s`` of CPU; ``refitted``: it fitted the GP's hyperparameters."""
+        self.spent_s += overhead_s
+        if refitted:
+            self.fit_cost_s = overhead_s
+
+    def segment_seconds(self, least_s: float, elapsed_s: float) -> float:
+        """How long the segment that begins after a decision at ``elapsed_s`` lasts at least: ``least_s``, and
+        until the tuner's time so far is within the share of the job's."""
+        return least_s if self.share is None else max(least_s, self.spent_s / self.share - elapsed_s)
+
+    def refit_due(self, elapsed_s: float) -> bool:
+        """Whether a decision at ``elapsed_s`` fits the GP's hyperparameters (else it takes the latest fit's):
+        always without a share and for the first fit; then when the share of the job so far pays for the
+        tuner's time so far and one more decision that fits, at the cost of the latest one."""
+        if self.share is None or self.fit_cost_s is None:
+            return True
+        return self.spent_s + self.fit_cost_s <= self.share * elapsed_s
