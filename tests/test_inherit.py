@@ -134,18 +134,18 @@ def test_with_inherited_observations_but_no_estimate_of_its_own_curve_the_job_st
     assert decision.reason == "no estimate of this job's curve yet: stay"
 
 
-def test_slopes_carry_over_only_from_the_same_job_run_before(tmp_path):
-    """Times carry over between similar workloads; how fast the loss fell, only within one job."""
+def test_slopes_carry_over_from_every_job_inherited(tmp_path):
+    """Times and how fast the loss fell carry over from every similar job: another learning rate's slopes
+    get a level of their own in the convergence speeds (test_other_jobs_slopes_...)."""
     space = sim.space()
     sloped = [dataclasses.replace(t, slope=SegmentSlope(0.6, -1e-3, 1e-4)) for t in _triples(space, 2, 0)]
     repo = _repository(tmp_path, [
         ("before", "LogR", LOGR, sloped, {"lr": 0.1}),  # this job, run before
         ("other-lr", "LogR", LOGR, sloped, {"lr": 0.3}),  # the sweep's next learning rate
         ("renamed", "LogR2", LOGR, sloped, {"lr": 0.1}),  # another class, the same workload
-        ("legacy", "LogR", LOGR, sloped),  # recorded before attributes were: judged by its name
+        ("legacy", "LogR", LOGR, sloped),  # recorded before attributes were
     ])
-    got = inherit(repo, None, "LogR", LOGR, space, attributes={"lr": 0.1})
-    kept = {t.source: t.slope is not None for t in got.triples}
-    assert kept == {"before": True, "other-lr": False, "renamed": False, "legacy": True}
-    assert all(t.per_iteration_s is not None for t in got.triples)  # the times of all four are inherited
+    got = inherit(repo, None, "LogR", LOGR, space)
+    assert {t.source for t in got.triples} == {"before", "other-lr", "renamed", "legacy"}
+    assert all(t.slope == SegmentSlope(0.6, -1e-3, 1e-4) and t.per_iteration_s is not None for t in got.triples)
     repo.close()

@@ -56,6 +56,44 @@ def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
     assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
 
 
+@pytest.mark.parametrize("beats, expected", [(0.5, "seen"), (0.9, "never run")])
+def test_a_setting_never_run_is_exploited_over_the_best_seen_only_when_sure_to_beat_it(beats, expected):
+    """Both pay against the current setting; the one never run wins by the GP's mean, and is taken only when
+    the GP is CONFIDENCE sure it beats the best setting seen too (Candidate.beats_best_known)."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0)
+    job = sim.SimulatedJob(0, target_loss=0.305)
+    job.drive(manager, 10)  # the random phase
+    rng = random.Random(1)
+    seen = next(t.setting for t in manager.triples if t.setting != manager.current)
+    never = next(s for s in (space.sample(rng) for _ in range(100)) if s not in [t.setting for t in manager.triples])
+
+    def suggest(observations, loss, current, **kwargs):
+        x = _gpyopt.Prediction(never, 100.0, 700.0, 1.0)
+        candidate = _gpyopt.Candidate(never, 600.0, x, beats)
+        return _gpyopt.Suggestion([candidate, candidate], 800.0, _gpyopt.Prediction(seen, 150.0, 650.0, 1.0))
+
+    manager.optimizer.suggest = suggest  # the GP's answer, fixed: what the loop does with it is tested
+    (decision,) = job.drive(manager, 1)
+    assert decision.switch and decision.candidate == (seen if expected == "seen" else never)
+    assert decision.reason.startswith("exploit the best setting seen" if expected == "seen" else "exploit s*")
+
+
+def test_a_candidate_knows_how_sure_the_gp_is_that_it_beats_the_best_setting_seen():
+    space = sim.space()
+    observations = _observations(space, 10, seed=4)
+    optimizer = GPOptimizer(space, seed=7)
+    suggestion = optimizer.suggest(observations, 0.5, observations[0].setting)
+    seen = [o.setting for o in observations]
+    for c in suggestion.candidates:
+        if c.setting in seen:
+            assert c.beats_best_known is None
+        else:
+            assert 0 <= c.beats_best_known <= 1
+            better = c.prediction.remaining_s < suggestion.best_known.remaining_s
+            assert (c.beats_best_known > 0.5) == better
+
+
 def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():
     space = sim.space()
     manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6, "compile": 1e6}),
@@ -173,6 +211,31 @@ def test_a_fit_without_refit_takes_the_latest_fits_hyperparameters_and_condition
                                     for o in observations[6:]]
     with _contained(5, 1):
         assert optimizer.fit(inherited, 0.5, observations[0].setting, refit=False).refitted
+
+
+def test_a_fit_that_cannot_take_the_latest_hyperparameters_is_refitted(monkeypatch):
+    """Seen in the sweep benchmark: the latest fit's hyperparameters on today's observations gave a covariance
+    that is not positive definite (GPy: "not positive definite, even with jitter"). The fit is made afresh."""
+    from GPy.inference.latent_function_inference import exact_gaussian_inference as exact
+
+    space = sim.space()
+    optimizer = GPOptimizer(space, seed=6)
+    observations = _observations(space, 10, seed=3)
+    with _contained(6, 0):
+        optimizer.fit(observations[:8], 0.5, observations[0].setting)
+    pdinv, calls = exact.pdinv, []
+
+    def fails_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # while the GP is made with, or given, the latest hyperparameters
+            raise np.linalg.LinAlgError("not positive definite, even with jitter.")
+        return pdinv(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "pdinv", fails_once)
+    with _contained(6, 1):
+        model = optimizer.fit(observations, 0.5, observations[0].setting, refit=False)
+    assert len(calls) > 2 and model.refitted
+    assert np.all(np.isfinite(model.predict([o.setting for o in observations[:3]])[0]))
 
 
 def test_in_a_large_space_ei_is_maximised_by_a_climb_to_a_local_optimum(monkeypatch):
@@ -467,6 +530,31 @@ def test_speeds_compare_settings_near_the_same_loss_despite_a_reference_that_is_
     # Seen apart, the two are compared through the bias's smoothness alone: here (a smooth bias) still close.
     assert math.exp(separated.at("(2,)", 0.5).log_mean - separated.at("(1,)", 0.5).log_mean) == pytest.approx(0.6, rel=0.15)
     assert Speeds([], [], _BiasedCurve(), 1.0).at((3,), 0.5).log_var == pytest.approx(PRIOR_SD ** 2)
+
+
+def test_another_jobs_segments_carry_over_how_its_settings_differ_not_its_pace():
+    """Rule 6: another job (another learning rate) fell twice as fast per iteration as this job's curve, on 1 and
+    3 workers, 3 needing 2x the iterations of 1; this job has run only 1 worker. 3 workers are then predicted
+    at about half the speed of 1 here; with the other job's segments read as this job's own, 3 workers would
+    look as fast as this job's 1 (2 x 0.5)."""
+    rng = np.random.default_rng(1)
+    true = {(1,): 1.0, (3,): 0.5}
+
+    def slope(key, loss, level):
+        return SegmentSlope(loss, -level * true[key] * (1 + 0.05 * rng.standard_normal()), 0.05 * level)
+
+    rate = _BiasedCurve().rate  # a reference without bias: the slope over the rate is the speed
+    other = [((w,), x) for x in np.linspace(0.9, 0.2, 12) for w in (1, 3)]
+    own = [((1,), x) for x in np.linspace(0.9, 0.6, 6)]
+    keys = [k for k, _ in other + own]
+    slopes = [slope(k, x, 2.0 * rate(x)) for k, x in other] + [slope(k, x, rate(x)) for k, x in own]
+    jobs = ["lr-0.3"] * len(other) + [None] * len(own)
+    speeds = Speeds(keys, slopes, _BiasedCurve(), 1.0, jobs)
+    ratio = math.exp(speeds.at((3,), 0.5).log_mean - speeds.at((1,), 0.5).log_mean)
+    assert speeds.jobs == ["lr-0.3"] and ratio == pytest.approx(0.5, rel=0.15)
+    assert math.exp(speeds.at((1,), 0.5).log_mean) == pytest.approx(1.0, rel=0.15)  # this job's pace, not 2x
+    as_own = Speeds(keys, slopes, _BiasedCurve(), 1.0)
+    assert math.exp(as_own.at((3,), 0.5).log_mean) > 0.8  # the other job's pace read as this job's
 
 
 def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those_they_can():

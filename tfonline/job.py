@@ -167,12 +167,14 @@ class MLJobFramework:
                 (I0, default 50), ``random_settings`` (N, default 10),
                 ``segment_iterations`` (I, default 3 × workers),
                 ``min_segment_s`` (default 2.0), ``exploration_budget``
-                (default 0.2: random settings and exploring switches spend
+                (default 0.08: random settings and exploring switches spend
                 at most this fraction of the job's estimated length; None:
                 no limit, the paper's random phase), ``overhead_share``
-                (default 0.02: a segment lasts at least 50 times the
-                tuner's latest decision, so deciding takes at most 2% of
-                the job; None: no such bound), ``resume`` (default
+                (default 0.02: the tuner's decisions take at most this
+                share of the job's time; a decision refits the GP only when
+                the share pays for it, and a segment lasts until the
+                tuner's time so far is within it; None: no such bound,
+                every decision refits), ``resume`` (default
                 True: start from the triples that earlier jobs in ``db``
                 with a similar workload left, see
                 :mod:`tfonline.tuner.inherit`) and ``speed_prior``

@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from tfonline._identity import own_attributes
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import Knob
 from tfonline.tuner.inherit import Inheritance, inherit
@@ -60,8 +59,7 @@ class Tuning:
                 technique: str = "online", job_id: str | None = None, signature=None) -> TuningManager:
         """The job's tuning manager, started from what it inherits (``resume``: see :mod:`tfonline.tuner.inherit`);
         its ``inheritance`` says from which jobs."""
-        inheritance = (inherit(repo, job_id, job.name, signature, space, attributes=own_attributes(job))
-                       if self.resume else Inheritance())
+        inheritance = inherit(repo, job_id, job.name, signature, space) if self.resume else Inheritance()
         manager = TuningManager(
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,

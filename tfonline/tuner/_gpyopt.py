@@ -143,6 +143,8 @@ class Candidate:
     setting: dict[str, Any]
     expected_improvement_s: float  # E[gain over the current setting], in seconds of remaining time
     prediction: Prediction
+    # P(its R̂ is below the best setting seen's), covariance included; None: it is one seen, or none is
+    beats_best_known: float | None = None
 
 
 @dataclass(frozen=True)
@@ -266,14 +268,17 @@ class GPOptimizer:
         bo.context, bo.model_parameters_iterations, bo.num_acquisitions = None, None, 0
         form = tuple(bo.model.kernel.parameter_names_flat())  # GPyOpt makes the GPy model from it in _update_model
         reuse = not refit and self._latest_fit is not None and self._latest_fit[0] == form
-        if reuse:
-            bo.model.max_iters = 0
-        bo._update_model(bo.normalization_type)
-        if reuse:
-            bo.model.model[:] = self._latest_fit[1]
-        else:
+        if not reuse:
+            bo._update_model(bo.normalization_type)
             self._latest_fit = (form, bo.model.model.param_array.copy())
-        return bo, y, not reuse
+            return bo, y, True
+        bo.model.max_iters = 0
+        try:
+            bo._update_model(bo.normalization_type)
+            bo.model.model[:] = self._latest_fit[1]
+        except np.linalg.LinAlgError:  # not positive definite on today's observations (seen once, in a sweep)
+            return self._fitted(observations, loss, prior, refit=True)
+        return bo, y, False
 
     def fit(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
             iterations_left: float = 1.0, speed: SpeedOf | None = None, refit: bool = True) -> "Fitted":
@@ -344,12 +349,17 @@ class GPOptimizer:
         predictions = [_against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
                        for i, s in enumerate(settings) if i > 0]
         current_s = math.exp(mean[0])
+        first_known = 1 + len(suggested)
+        b = min(range(first_known, len(settings)), key=lambda j: mean[j], default=None)  # the best seen
         candidates = []
         for i, setting in enumerate(suggested, start=1):
             sd = math.sqrt(max(latent[0, 0] + latent[i, i] - 2 * latent[0, i], 0.0))
             gain = _expected_improvement(mean[0], mean[i], sd)
-            candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
-        best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
+            beats = None
+            if b is not None and setting_key(setting) not in seen:
+                beats = _against(setting, mean[i], mean[b], cov[b, b] + cov[i, i] - 2 * cov[b, i]).confidence
+            candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1], beats))
+        best_known = predictions[b - 1] if b is not None else None
         return Suggestion(candidates, current_s, best_known, model.refitted)
 
     def feasible(self, grid: np.ndarray) -> np.ndarray:

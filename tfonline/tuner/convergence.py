@@ -54,6 +54,17 @@ Rules (plug-in estimators, no fitted model beyond the reference curve):
    (:class:`Speeds`), so that settings are compared with each other near
    the same loss, and the reference only carries a speed across the way.
 
+6. **Other jobs** (inherited, :mod:`tfonline.tuner.inherit`). A job of
+   the same model with another learning rate falls at its own pace per
+   iteration, so its segments read against this job's curve are off by a
+   factor common to all its settings: each other job has a level of its
+   own, prior N(0, :data:`JOB_LEVEL_SD`²), and what its segments carry over
+   is how its settings' speeds differ from each other (asynchronous
+   staleness: the CNN's 3 workers needed 1.85x the iterations of 1 at one
+   learning rate, 2.7x at another). Their size differs from job to job, so
+   another job's stint counts :data:`OTHER_JOB_WEIGHT` of one of this
+   job's.
+
 Every segment's speed is recomputed against the latest reference at each
 decision: the reference improves as the job goes on, and all settings are
 then measured by one curve.
@@ -87,6 +98,10 @@ SMOOTHNESS = 0.05
 BIAS_SD = 1.0
 # A segment with fewer usable points than this has no slope of its own.
 MIN_POINTS = 5
+# Another job's level against this job's curve (rule 6), give or take this much in logs, and the weight of its
+# stints against this job's.
+JOB_LEVEL_SD = 1.0
+OTHER_JOB_WEIGHT = 0.25
 
 
 @dataclass(frozen=True)
@@ -198,22 +213,29 @@ class Speeds:
     confounding with b included: a key seen only far from every other key
     stays uncertain.
 
+    - c: each other job's level (rule 6), prior N(0, :data:`JOB_LEVEL_SD`²);
+      its stints' variances are divided by :data:`OTHER_JOB_WEIGHT`.
+
     Args:
         keys: each segment's :func:`speed_key`.
         slopes: each segment's :class:`SegmentSlope`, None when it has none.
         reference: the job's curve.
         first_loss: the start of the loss's way (its end is the target).
+        jobs: each segment's job, None (or empty) for this job's own; None: all are this job's.
     """
 
     def __init__(self, keys: Sequence[Any], slopes: Sequence[SegmentSlope | None], reference: Reference,
-                 first_loss: float):
+                 first_loss: float, jobs: Sequence[str | None] | None = None):
         self.first_loss, self.target_loss = first_loss, reference.target_loss
-        rows = []  # (key, log ρ measured against the reference, its variance, share of the way)
-        for key, stint in _stints(keys, slopes, reference):
+        jobs = [job or None for job in jobs] if jobs is not None else [None] * len(keys)
+        rows = []  # (key, log ρ measured against the reference, its variance, share of the way, job)
+        for (job, key), stint in _stints(list(zip(jobs, keys)), slopes, reference):
             speed, se, share = _pooled(stint)
             if se > 0 and speed >= CLEAR_T * se:
-                rows.append((key, math.log(speed), (se / speed) ** 2, self.share(share)))
+                weight = 1.0 if job is None else OTHER_JOB_WEIGHT
+                rows.append((key, math.log(speed), (se / speed) ** 2 / weight, self.share(share), job))
         self.keys = sorted({row[0] for row in rows}, key=repr)
+        self.jobs = sorted({row[4] for row in rows if row[4] is not None})
         self.centre = {k: float(np.mean([r[3] for r in rows if r[0] == k])) for k in self.keys}
         self.spread = self._spread(rows)
         self._fit(rows, self.spread)
@@ -233,20 +255,23 @@ class Speeds:
         return float(min(PRIOR_SD, max(MIN_SPREAD, math.sqrt(max(excess, 0.0)))))
 
     def _fit(self, rows, prior_sd: float) -> None:
-        n_keys = len(self.keys)
-        size = 2 * n_keys + KNOTS
+        n_keys, n_jobs = len(self.keys), len(self.jobs)
+        knots = slice(2 * n_keys, 2 * n_keys + KNOTS)
+        size = 2 * n_keys + KNOTS + n_jobs
         normal = np.zeros((size, size))
         rhs = np.zeros(size)
-        for key, x, var, share in rows:
+        for key, x, var, share, job in rows:
             k = self.keys.index(key)
             row = np.zeros(size)
             row[k], row[n_keys + k] = 1.0, share - self.centre[key]
-            row[2 * n_keys:] = _hat(share)
+            row[knots] = _hat(share)
+            if job is not None:
+                row[knots.stop + self.jobs.index(job)] = 1.0
             normal += np.outer(row, row) / var
             rhs += row * x / var
         prior = np.zeros(size)
         prior[:n_keys], prior[n_keys:2 * n_keys] = prior_sd ** -2, DRIFT ** -2
-        prior[2 * n_keys:] = BIAS_SD ** -2
+        prior[knots], prior[knots.stop:] = BIAS_SD ** -2, JOB_LEVEL_SD ** -2
         normal += np.diag(prior)
         second = np.zeros((KNOTS - 2, size))
         for j in range(KNOTS - 2):
@@ -276,7 +301,8 @@ class Speeds:
 
 
 def _stints(keys: Sequence[Any], slopes: Sequence[SegmentSlope | None], reference: Reference):
-    """Runs of consecutive segments of one key, each segment as (speed, its standard error, its mean loss)."""
+    """Runs of consecutive segments of one key (of one job: the key then holds it), each segment as (speed, its
+    standard error, its mean loss)."""
     key_before, stint = object(), []
     for key, s in zip(keys, slopes):
         rate = reference.rate(s.loss_mid) if s is not None else None

@@ -54,36 +54,32 @@ class Inheritance:
 
 
 def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
-            max_distance: float = INHERIT_DISTANCE, attributes: dict | None = None) -> Inheritance:
+            max_distance: float = INHERIT_DISTANCE) -> Inheritance:
     """The usable triples of earlier jobs in ``repo`` whose workload is within ``max_distance`` of this one's.
 
     ``job_id``'s own triples (a resumed job) come last, at distance 0 and with no source: they are the
     job's own. Triples outside ``space`` (another cluster's layouts) are left out.
 
-    Times carry over between similar workloads; convergence does not: a segment's slope (how fast the
-    loss fell, which the tuner's convergence speeds are made of) is kept only from the same job run
-    before, the same name with the same ``attributes`` (:func:`tfonline._identity.own_attributes`; a job
-    recorded without them counts by its name). Another learning rate falls at another pace per
-    iteration, and its slopes, read against this job's curve, would make the settings it ran look faster
-    or slower than they are for this job. (The sweep benchmark's fourth CNN job settled on slowly
-    converging settings with them and, in a second run, without them: they were not its cause.)
+    Times carry over, and so do the segments' slopes (how fast the loss fell), from which the tuner's
+    convergence speeds are made: another learning rate falls at another pace per iteration, so each other
+    job's slopes get a level of their own, and what carries over is how its settings' speeds differ from
+    each other (rule 6 of :mod:`tfonline.tuner.convergence`). Until 2026-11-24 slopes came only from the
+    same job run before: the sweep benchmark's CNN jobs then went back to 3 asynchronous workers, fast per
+    iteration, which needed 1.85-2.7x the iterations of 1 at the earlier learning rates.
     """
     rows = repo.rows(
         "select j.id as job_id, j.name, j.signature, t.loss_before, t.per_iteration_s, t.remaining_iterations, "
-        "t.remaining_s, t.slope_loss, t.slope, t.slope_se, s.knobs, j.attributes "
+        "t.remaining_s, t.slope_loss, t.slope, t.slope_se, s.knobs "
         "from triples t join jobs j on j.id = t.job_id join settings s on s.id = t.setting_id "
         "where t.remaining_s is not null order by j.started_at, t.segment")
     by_job: dict[str, list[Triple]] = {}
     names: dict[str, str] = {}
     distances: dict[str, float | None] = {}
-    alike: dict[str, bool] = {}  # the same job run before: its slopes carry over too
     for row in rows:
         jid = row["job_id"]
         if jid not in distances:
             names[jid] = row["name"]
             distances[jid] = 0.0 if jid == job_id else _distance(job_name, signature, row["name"], row["signature"])
-            alike[jid] = jid == job_id or (row["name"] == job_name and distances[jid] == 0 and (
-                attributes is None or not row["attributes"] or json.loads(row["attributes"]) == attributes))
         d = distances[jid]
         if d is None or d > max_distance:
             continue
@@ -92,7 +88,7 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
             continue
         by_job.setdefault(jid, []).append(Triple(
             setting, row["loss_before"], row["per_iteration_s"], row["remaining_iterations"], row["remaining_s"],
-            slope=slope_from_columns(row) if alike[jid] else None, distance=d, source=None if jid == job_id else jid))
+            slope=slope_from_columns(row), distance=d, source=None if jid == job_id else jid))
     others = sorted((jid for jid in by_job if jid != job_id), key=lambda jid: -distances[jid])  # nearest last
     inheritance = Inheritance()
     for jid in others + ([job_id] if job_id in by_job else []):

@@ -87,6 +87,7 @@ CONFIDENCE = 0.8
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
+CANDIDATE_NAMES = ("s*", "s* with XLA held off")  # the GP's suggestions (Suggestion.candidates), in order
 # How many times longer than the first an online segment may grow while the
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
@@ -118,8 +119,8 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
             left_recently: Callable[[dict[str, Any]], bool]) -> list[tuple]:
     """A suggestion's candidates that differ from ``current``: (name, prediction, EI or None, the switch's
     parts, its estimated cost, whether the job left that setting recently)."""
-    names = ["s*", "s* with XLA held off"]
-    options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
+    options = [(name, c.prediction, c.expected_improvement_s)
+               for name, c in zip(CANDIDATE_NAMES, suggestion.candidates)]
     if suggestion.best_known is not None:
         options.append((BEST_SEEN, suggestion.best_known, None))
     priced = []
@@ -129,6 +130,21 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
             priced.append((name, prediction, option_ei, parts, costs.estimate(parts),
                            left_recently(prediction.setting)))
     return priced
+
+
+def _exploits(priced: list[tuple], suggestion) -> list[tuple]:
+    """The priced candidates (:func:`_priced`) a switch may exploit: the GP's mean gain exceeds the switch's
+    cost, and it is :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE` for a setting
+    left recently). When the best setting seen pays, a setting never run must also be :data:`CONFIDENCE` sure
+    to beat it: in the sweep benchmark, a CNN job left 3 workers, predicted hundreds of seconds slower than
+    any other count, for an XLA setting never run, "100% sure" against 3 workers, and ran it at 1.4x the time
+    per iteration of the best seen."""
+    paying = [p for p in priced
+              if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)]
+    if any(p[0] == BEST_SEEN for p in paying):
+        beats = {name: c.beats_best_known for name, c in zip(CANDIDATE_NAMES, suggestion.candidates)}
+        paying = [p for p in paying if beats.get(p[0]) is None or beats[p[0]] >= CONFIDENCE]
+    return paying
 
 
 def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
@@ -197,9 +213,10 @@ class TuningManager:
         exploration_budget: the fraction of the job's estimated remaining time
             (R̂ of the initial segment) the random phase may spend on
             switches; None: no limit (the paper's random phase).
-        overhead_share: the share of the job the tuner's decisions may take:
-            a segment lasts at least the latest decision's time over it;
-            None: segments as short as the other options say.
+        overhead_share: the share of the job the tuner's decisions may take
+            (:class:`~tfonline.tuner.budget.OverheadBudget`); None: every
+            decision refits the GP, and segments are as short as the other
+            options say.
         seed: seeds the random phase and the GP.
         history: triples of earlier runs of the same job (resuming).
     """
@@ -351,7 +368,7 @@ class TuningManager:
         triples = list(self.triples) + list(extra)
         first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
         keys = [speed_key(t.setting, self.speed_names()) for t in triples]
-        return Speeds(keys, [t.slope for t in triples], self.reference, first)
+        return Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
 
     @property
     def elapsed_s(self) -> float:
@@ -437,8 +454,8 @@ class TuningManager:
         - A switch *exploits* when the GP's mean gain (current R̂ −
           candidate R̂) exceeds the switch's estimated cost and the GP is at
           least :data:`CONFIDENCE` sure the candidate is better; the largest
-          net gain wins. Going back to a setting left in the last
-          :data:`RECENT_DECISIONS` decisions needs :data:`RETURN_CONFIDENCE`:
+          net gain wins (:func:`_exploits`). Going back to a setting left in
+          the last :data:`RECENT_DECISIONS` decisions needs :data:`RETURN_CONFIDENCE`:
           evidence beyond the noise it was left on (measured: a resumed job
           ping-ponged 11 times between two layouts). On a random setting
           that no decision has judged yet (the random phase waits or has
@@ -465,8 +482,7 @@ class TuningManager:
         suggestion, iterations_left = suggested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
-        paying = [p for p in priced if p[1].gain_s > p[4]
-                  and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)]
+        paying = _exploits(priced, suggestion)
         if paying:
             name, prediction, _, parts, cost, back = max(paying, key=lambda p: p[1].gain_s - p[4])
             return self._switch(prediction, parts, cost, ei,
