@@ -149,3 +149,54 @@ def test_slopes_carry_over_from_every_job_inherited(tmp_path):
     assert {t.source for t in got.triples} == {"before", "other-lr", "renamed", "legacy"}
     assert all(t.slope == SegmentSlope(0.6, -1e-3, 1e-4) and t.per_iteration_s is not None for t in got.triples)
     repo.close()
+
+
+def test_a_job_starts_from_the_nearest_earlier_jobs_latest_gp_fit(tmp_path):
+    """The GP's hyperparameters carry over too: the nearest job's latest fit that was recorded (a fit costs
+    0.6-2.4 s of CPU on a busy machine, 50-120 s of a job at the 2% overhead share); a job run before under
+    its own id gives its own first."""
+    space = sim.space()
+    triples = _triples(space, 2, 0)
+    repo = _repository(tmp_path, [("far", "LogR", None, triples), ("near", "LogR", LOGR, triples),
+                                  ("unfitted", "LogR", LOGR, triples)])
+
+    def fit(job_id, step, value):
+        repo.insert("gp_fits", {"job_id": job_id, "step": step, "form": json.dumps(["a", "b"]),
+                                "hyperparameters": json.dumps([value, 2.0]), "cost_s": 0.5})
+
+    fit("far", 10, 9.0)
+    fit("near", 10, 1.0)
+    fit("near", 20, 3.0)
+    repo.flush()
+    got = inherit(repo, None, "LogR", LOGR, space)
+    assert got.gp_fit_from == "near" and got.gp_fit.values == (3.0, 2.0) and got.gp_fit.form == ("a", "b")
+    fit("mine", 5, 7.0)
+    repo.insert("jobs", {"id": "mine", "name": "LogR", "started_at": 9.0, "status": "interrupted"})
+    repo.flush()
+    assert inherit(repo, "mine", "LogR", LOGR, space).gp_fit_from == "near"  # it has no triples of its own
+    repo.close()
+
+
+def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_decision():
+    """A decision that fits the GP hands its fit over (Decision.gp_fit, which the driver records); a tuner
+    started from it conditions its GP on the observations with those hyperparameters, until its overhead
+    share pays for a fit of its own."""
+    space = sim.space()
+    first = sim.make_manager(space, 0, 0.305)
+    decisions = sim.SimulatedJob(0, 0.305).drive(first, 12)
+    fits = [d.gp_fit for d in decisions if d.gp_fit is not None]
+    assert len(fits) == 2 and all(f.cost_s > 0 for f in fits)  # the 2 online decisions (no share: each fits)
+    assert (fits[-1].form, fits[-1].values) == first.optimizer.latest_fit
+    second = sim.make_manager(space, 1, 0.305, history=[dataclasses.replace(t, source="first")
+                                                        for t in first.triples], gp_fit=fits[-1],
+                              overhead_share=0.02)
+    suggest, asked = second.optimizer.suggest, []
+
+    def spy(*args, **kwargs):
+        suggestion = suggest(*args, **kwargs)
+        asked.append(suggestion.refitted)
+        return suggestion
+
+    second.optimizer.suggest = spy
+    decisions = sim.SimulatedJob(1, 0.305).drive(second, 3)
+    assert asked and not asked[0] and decisions[0].gp_fit is None

@@ -65,7 +65,9 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
 
     assert jobs[first.job_id]["inherited"] == [] and learnt(first.job_id) >= 1
     (source,) = jobs[second.job_id]["inherited"]
-    assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt(first.job_id)}
+    fitted = con.execute("select count(*) from gp_fits where job_id = ?", (first.job_id,)).fetchone()[0] > 0
+    assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt(first.job_id),
+                      "gp_fit": int(fitted)}  # the second job's GP starts from the first's latest fit
     # random_settings 2, shortened by the inherited weight (1 per triple at distance 0): none left from 2 on
     randoms = [d for d in jobs[second.job_id]["decisions"] if d["phase"] == "random"]
     assert len(randoms) <= max(0, 2 - learnt(first.job_id))
@@ -76,7 +78,7 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
     assert main(["report", db_path, "--job", second.job_id]) == 0
     count = learnt(first.job_id)
     assert (f"  inherited:       {count} observation{'s' if count != 1 else ''} from 1 job: {first.job_id} "
-            f"(TunedLogR, distance 0.00, {count})") in capsys.readouterr().out
+            f"(TunedLogR, distance 0.00, {count}{', and its GP fit' if fitted else ''})") in capsys.readouterr().out
 
 
 @pytest.mark.fast

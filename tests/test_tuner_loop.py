@@ -56,42 +56,29 @@ def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
     assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
 
 
-@pytest.mark.parametrize("beats, expected", [(0.5, "seen"), (0.9, "never run")])
-def test_a_setting_never_run_is_exploited_over_the_best_seen_only_when_sure_to_beat_it(beats, expected):
-    """Both pay against the current setting; the one never run wins by the GP's mean, and is taken only when
-    the GP is CONFIDENCE sure it beats the best setting seen too (Candidate.beats_best_known)."""
+@pytest.mark.parametrize("level, expected", [("ON_2", "s*"), ("ON_1", "s* with XLA held off")])
+def test_a_compile_level_no_setting_has_run_is_not_exploited(level, expected):
+    """Both GP candidates pay against the current setting, s* (with XLA at ``level``) by more; s* is exploited
+    only when some observed setting had that XLA level (the start here has ON_2, none has ON_1)."""
     space = sim.space()
-    manager = sim.make_manager(space, 0)
-    job = sim.SimulatedJob(0, target_loss=0.305)
-    job.drive(manager, 10)  # the random phase
-    rng = random.Random(1)
-    seen = next(t.setting for t in manager.triples if t.setting != manager.current)
-    never = next(s for s in (space.sample(rng) for _ in range(100)) if s not in [t.setting for t in manager.triples])
+    rng = random.Random(2)
+    history = [Triple(dict(s, global_jit_level="OFF"), 0.6, 0.01, 100.0, 1.0)
+               for s in (space.sample(rng) for _ in range(6))]
+    manager = sim.make_manager(space, 0, 0.305, random_settings=0, history=history)
+    assert manager.current["global_jit_level"] == "ON_2"
+    target = dict(history[0].setting, ps=1, worker=3)
 
     def suggest(observations, loss, current, **kwargs):
-        x = _gpyopt.Prediction(never, 100.0, 700.0, 1.0)
-        candidate = _gpyopt.Candidate(never, 600.0, x, beats)
-        return _gpyopt.Suggestion([candidate, candidate], 800.0, _gpyopt.Prediction(seen, 150.0, 650.0, 1.0))
+        top = dict(target, global_jit_level=level)
+        held = dict(target, global_jit_level="OFF")
+        candidates = [_gpyopt.Candidate(top, 600.0, _gpyopt.Prediction(top, 100.0, 700.0, 1.0)),
+                      _gpyopt.Candidate(held, 500.0, _gpyopt.Prediction(held, 150.0, 650.0, 1.0))]
+        return _gpyopt.Suggestion(candidates, 800.0, None)
 
     manager.optimizer.suggest = suggest  # the GP's answer, fixed: what the loop does with it is tested
-    (decision,) = job.drive(manager, 1)
-    assert decision.switch and decision.candidate == (seen if expected == "seen" else never)
-    assert decision.reason.startswith("exploit the best setting seen" if expected == "seen" else "exploit s*")
-
-
-def test_a_candidate_knows_how_sure_the_gp_is_that_it_beats_the_best_setting_seen():
-    space = sim.space()
-    observations = _observations(space, 10, seed=4)
-    optimizer = GPOptimizer(space, seed=7)
-    suggestion = optimizer.suggest(observations, 0.5, observations[0].setting)
-    seen = [o.setting for o in observations]
-    for c in suggestion.candidates:
-        if c.setting in seen:
-            assert c.beats_best_known is None
-        else:
-            assert 0 <= c.beats_best_known <= 1
-            better = c.prediction.remaining_s < suggestion.best_known.remaining_s
-            assert (c.beats_best_known > 0.5) == better
+    (decision,) = sim.SimulatedJob(0, 0.305).drive(manager, 1)
+    assert decision.switch and decision.reason.startswith(f"exploit {expected}:"), decision.reason
+    assert decision.candidate["global_jit_level"] == (level if expected == "s*" else "OFF")
 
 
 def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():

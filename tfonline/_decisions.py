@@ -21,6 +21,8 @@ def record_decision(recorder: Recorder, state: TrainingState, manager, decision:
     if ended and decision.switch:
         decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
     recorder.decision(decision, state.step, state.smoothed.value)
+    if decision.gp_fit is not None:
+        recorder.gp_fit(decision.gp_fit, state.step)
     if manager.phase != old_phase:
         recorder.phase(manager.phase, state.step + 1)
     state.phase = decision.phase

@@ -135,6 +135,12 @@ class Recorder:
             "types": "+".join(decision.types), "overhead_s": decision.overhead_s, "wall_time": self.clock(),
         }, replace=True)
 
+    def gp_fit(self, fit, step: int) -> None:
+        """The GP's hyperparameters a decision fitted (a :class:`tfonline.tuner.GPFit`)."""
+        self.repo.insert("gp_fits", {"job_id": self.job_id, "step": step, "form": json.dumps(list(fit.form)),
+                                     "hyperparameters": json.dumps(list(fit.values)), "cost_s": fit.cost_s},
+                         replace=True)
+
     def tuning_stopped(self, step: int, setting: dict[str, Any], loss: float, reason: str) -> None:
         """The decision row of a tuner that failed: the job goes on, untuned, on ``setting``."""
         self.repo.insert("decisions", {
@@ -161,7 +167,8 @@ class Recorder:
         for source in (inheritance.sources if inheritance is not None else ()):
             self.repo.insert("inheritances", {"job_id": self.job_id, "from_job_id": source.job_id,
                                               "name": source.name, "distance": source.distance,
-                                              "triples": source.triples}, replace=True)
+                                              "triples": source.triples,
+                                              "gp_fit": int(source.job_id == inheritance.gp_fit_from)}, replace=True)
 
     def signature(self, signature) -> None:
         """The workload's :class:`tfonline.signature.Signature`."""

@@ -16,7 +16,8 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``segments``: the iterations run under one setting, in order.
 - ``iterations``: one global step: worker, setting, execution time, loss.
 - ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
-  the setting changes and the progress estimates (filled by later parts).
+  the setting changes and the progress estimates (filled by later parts);
+  ``gp_fits``: the GP's hyperparameters each time a decision fitted them.
 - ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
   which step, what writing one cost, the training state to resume from)
   and its metrics on held-out data; ``resumes``: each time a job was
@@ -39,7 +40,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -182,8 +183,13 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
         {"job_id": str, "resumed_at": float, "step": int, "checkpoint": str, "lost_steps": int, "gap_s": float},
         ("job_id", "resumed_at"),
     ),
+    "gp_fits": (  # v9: the GP's hyperparameters, each time a decision fitted them (tfonline.tuner.GPFit)
+        {"job_id": str, "step": int, "form": str, "hyperparameters": str, "cost_s": float},
+        ("job_id", "step"),
+    ),
     "inheritances": (  # v7: the earlier jobs a tuned job's tuner started from (tfonline.tuner.inherit)
-        {"job_id": str, "from_job_id": str, "name": str, "distance": float, "triples": int},
+        {"job_id": str, "from_job_id": str, "name": str, "distance": float, "triples": int,
+         "gp_fit": int},  # v9: 1 for the job whose GP fit the tuner started from
         ("job_id", "from_job_id"),
     ),
     "evaluations": (
@@ -471,11 +477,12 @@ class Repository:
 
     def rewind(self, job_id: str, step: int) -> None:
         """Removes what ``job_id`` recorded after ``step`` (a resumed job's checkpoint: the training after it
-        was lost), directly: its iterations, estimates, decisions, switches, checkpoints and evaluations,
-        and the segments and phases that began after it; the segment it fell in ends there (at its step's
+        was lost), directly: its iterations, estimates, decisions and GP fits, switches, checkpoints and
+        evaluations, and the segments and phases that began after it; the segment it fell in ends there (at its step's
         wall time). The tuner's triples stay."""
         with self.db.conn:
-            for table in ("iterations", "estimates", "decisions", "reconfigurations", "checkpoints", "evaluations"):
+            for table in ("iterations", "estimates", "decisions", "gp_fits", "reconfigurations", "checkpoints",
+                          "evaluations"):
                 self.db.execute(f"delete from {table} where job_id = ? and step > ?", [job_id, step])
             for table in ("segments", "phases"):
                 self.db.execute(f"delete from {table} where job_id = ? and start_step > ?", [job_id, step])

@@ -51,7 +51,8 @@ JSON_SCHEMA = {
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
     "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
     "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
-    "inherited": "[{job_id, name, distance, triples}]: the earlier jobs its tuner started from, nearest first",
+    "inherited": "[{job_id, name, distance, triples, gp_fit}]: the earlier jobs its tuner started from, nearest "
+                 "first (gp_fit: 1 for the job whose GP fit it started from)",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -213,7 +214,7 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "signature": json.loads(job["signature"]) if job.get("signature") else None,
         "resumes": list(repo.rows("select step, lost_steps, gap_s, checkpoint from resumes where job_id = ? "
                                   "order by resumed_at", (job_id,))),
-        "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples from inheritances "
+        "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples, gp_fit from inheritances "
                                     "where job_id = ? order by distance, from_job_id", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
@@ -238,7 +239,8 @@ def inherited_text(sources: list[dict[str, Any]]) -> str:
     if not sources:
         return "nothing (no earlier job in this repository with a similar workload)"
     count = sum(s["triples"] for s in sources)
-    listed = ", ".join(f"{s['job_id']} ({s['name']}, distance {s['distance']:.2f}, {s['triples']})" for s in sources)
+    listed = ", ".join(f"{s['job_id']} ({s['name']}, distance {s['distance']:.2f}, {s['triples']}"
+                       f"{', and its GP fit' if s.get('gp_fit') else ''})" for s in sources)
     return f"{count} observation{'s' if count != 1 else ''} from {len(sources)} job{'s' if len(sources) != 1 else ''}: {listed}"
 
 
@@ -354,7 +356,7 @@ def _eta_lines(r: dict[str, Any]) -> list[str]:
     if not r["eta_accuracy"]:
         if r["status"] == "converged":
             return ["  ETA accuracy:    - (no estimate recorded)"]
-        return [f"  ETA accuracy:    - (the job did not converge, so its remaining time is unknown)"]
+        return ["  ETA accuracy:    - (the job did not converge, so its remaining time is unknown)"]
     lines = ["  ETA accuracy:    (estimated vs actual remaining time)"]
     for e in r["eta_accuracy"]:
         lines.append(f"    at {100 * e['fraction']:.0f}% (step {e['step']}): {e['estimated_remaining_s']:.1f} s vs "

@@ -143,8 +143,6 @@ class Candidate:
     setting: dict[str, Any]
     expected_improvement_s: float  # E[gain over the current setting], in seconds of remaining time
     prediction: Prediction
-    # P(its R̂ is below the best setting seen's), covariance included; None: it is one seen, or none is
-    beats_best_known: float | None = None
 
 
 @dataclass(frozen=True)
@@ -226,6 +224,18 @@ class GPOptimizer:
                 fixed = self.space.values[other][0]
                 return [{"name": "nodes", "constraint": f"x[:,{free.index(name)}] + {fixed} - {n}"}]
         return None
+
+    @property
+    def latest_fit(self) -> tuple[tuple[str, ...], tuple[float, ...]] | None:
+        """The latest fit's kernel form (its parameters' names) and hyperparameters (all of the GP's), or None."""
+        if self._latest_fit is None:
+            return None
+        return tuple(self._latest_fit[0]), tuple(float(v) for v in self._latest_fit[1])
+
+    def adopt(self, form: Sequence[str], values: Sequence[float]) -> None:
+        """Takes another GP's fit (an earlier job's, :mod:`tfonline.tuner.inherit`) as the latest: a fit with
+        ``refit`` False uses it when its kernel has that form."""
+        self._latest_fit = (tuple(form), np.array(values, dtype=float))
 
     def prior(self, observations: Sequence[Observation]) -> SpeedPrior | None:
         """The speed model fitted to the observations of every job, as the GP's first guess (None: not asked
@@ -349,17 +359,12 @@ class GPOptimizer:
         predictions = [_against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
                        for i, s in enumerate(settings) if i > 0]
         current_s = math.exp(mean[0])
-        first_known = 1 + len(suggested)
-        b = min(range(first_known, len(settings)), key=lambda j: mean[j], default=None)  # the best seen
         candidates = []
         for i, setting in enumerate(suggested, start=1):
             sd = math.sqrt(max(latent[0, 0] + latent[i, i] - 2 * latent[0, i], 0.0))
             gain = _expected_improvement(mean[0], mean[i], sd)
-            beats = None
-            if b is not None and setting_key(setting) not in seen:
-                beats = _against(setting, mean[i], mean[b], cov[b, b] + cov[i, i] - 2 * cov[b, i]).confidence
-            candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1], beats))
-        best_known = predictions[b - 1] if b is not None else None
+            candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
+        best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
         return Suggestion(candidates, current_s, best_known, model.refitted)
 
     def feasible(self, grid: np.ndarray) -> np.ndarray:

@@ -76,6 +76,18 @@ class Triple:
 
 
 @dataclass(frozen=True)
+class GPFit:
+    """The GP's fitted hyperparameters (:meth:`tfonline.tuner._gpyopt.GPOptimizer.fit`): its kernel's form (the
+    names of its parameters), all its parameters' values, and the CPU time of the decision that fitted them.
+    Recorded in the repository; a job that inherits from another starts from that job's latest
+    (:mod:`tfonline.tuner.inherit`)."""
+
+    form: tuple[str, ...]
+    values: tuple[float, ...]
+    cost_s: float
+
+
+@dataclass(frozen=True)
 class Decision:
     """What the tuner decided at a segment's end, as the driver carries it out and the repository records it.
 
@@ -96,6 +108,7 @@ class Decision:
     overhead_s: float = 0.0
     parts: tuple[str, ...] = ()
     plan: Plan | None = None
+    gp_fit: GPFit | None = None  # the GP's hyperparameters, when this decision fitted them
 
     @property
     def types(self) -> tuple[str, ...]:

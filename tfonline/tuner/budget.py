@@ -2,6 +2,23 @@
 
 from __future__ import annotations
 
+from typing import Sequence
+
+import numpy as np
+
+from tfonline.setting import setting_key
+
+
+def best_time(triples: Sequence) -> float | None:
+    """The lowest mean time per iteration of any setting the triples saw (each setting's mean over its
+    segments), this workload's only (another's times are on its own scale): what an exploring segment is
+    charged against."""
+    times: dict[str, list[float]] = {}
+    for t in triples:
+        if t.per_iteration_s is not None and t.distance == 0:
+            times.setdefault(setting_key(t.setting), []).append(t.per_iteration_s)
+    return min((float(np.mean(v)) for v in times.values()), default=None)
+
 
 class ExplorationBudget:
     """Exploring (random settings, and online switches made on EI alone) may spend ``fraction`` of the job's

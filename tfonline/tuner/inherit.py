@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 
 from tfonline.signature import Signature, distance
-from tfonline.tuner._records import Triple
+from tfonline.tuner._records import GPFit, Triple
 from tfonline.tuner.convergence import slope_from_columns
 from tfonline.tuner.space import KnobSpace
 
@@ -47,10 +47,13 @@ class Source:
 
 @dataclass
 class Inheritance:
-    """The triples a job starts from (farthest first, its own run's last) and where they came from."""
+    """The triples a job starts from (farthest first, its own run's last), where they came from, and the GP fit
+    it starts from: the latest of the nearest job that recorded one (its own run's first)."""
 
     triples: list[Triple] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
+    gp_fit: GPFit | None = None
+    gp_fit_from: str | None = None  # the job whose fit it is
 
 
 def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
@@ -96,7 +99,21 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
         if jid != job_id:
             inheritance.sources.append(Source(jid, names[jid], distances[jid], len(by_job[jid])))
     inheritance.sources.reverse()  # nearest first, as the report lists them
+    for jid in ([job_id] if job_id in by_job else []) + [source.job_id for source in inheritance.sources]:
+        inheritance.gp_fit = _latest_fit(repo, jid)
+        if inheritance.gp_fit is not None:
+            inheritance.gp_fit_from = jid
+            break
     return inheritance
+
+
+def _latest_fit(repo, job_id: str) -> GPFit | None:
+    """A job's latest recorded GP fit (:class:`~tfonline.tuner._records.GPFit`), or None."""
+    rows = list(repo.rows("select form, hyperparameters, cost_s from gp_fits where job_id = ? "
+                          "order by step desc limit 1", [job_id]))
+    if not rows:
+        return None
+    return GPFit(tuple(json.loads(rows[0]["form"])), tuple(json.loads(rows[0]["hyperparameters"])), rows[0]["cost_s"])
 
 
 def _distance(name: str, signature: Signature | None, other_name: str, other: str | None) -> float | None:

@@ -66,8 +66,9 @@ from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
 from tfonline.tuner.convergence import SPEED_KNOBS, Reference, Speeds, segment_slope, speed_key
-from tfonline.tuner._records import CostModel, Decision, SegmentRun, Triple, loss_trend
-from tfonline.tuner.budget import ExplorationBudget, OverheadBudget
+from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
+from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
+from tfonline.tuner.explore import draw, explore_price
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
@@ -87,7 +88,6 @@ CONFIDENCE = 0.8
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
-CANDIDATE_NAMES = ("s*", "s* with XLA held off")  # the GP's suggestions (Suggestion.candidates), in order
 # How many times longer than the first an online segment may grow while the
 # tuner keeps deciding to stay.
 MAX_STRETCH = 8
@@ -119,8 +119,8 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
             left_recently: Callable[[dict[str, Any]], bool]) -> list[tuple]:
     """A suggestion's candidates that differ from ``current``: (name, prediction, EI or None, the switch's
     parts, its estimated cost, whether the job left that setting recently)."""
-    options = [(name, c.prediction, c.expected_improvement_s)
-               for name, c in zip(CANDIDATE_NAMES, suggestion.candidates)]
+    names = ["s*", "s* with XLA held off"]
+    options = [(name, c.prediction, c.expected_improvement_s) for name, c in zip(names, suggestion.candidates)]
     if suggestion.best_known is not None:
         options.append((BEST_SEEN, suggestion.best_known, None))
     priced = []
@@ -132,70 +132,18 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
     return priced
 
 
-def _exploits(priced: list[tuple], suggestion) -> list[tuple]:
+def _exploits(priced: list[tuple], observed: Sequence[dict[str, Any]]) -> list[tuple]:
     """The priced candidates (:func:`_priced`) a switch may exploit: the GP's mean gain exceeds the switch's
-    cost, and it is :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE` for a setting
-    left recently). When the best setting seen pays, a setting never run must also be :data:`CONFIDENCE` sure
-    to beat it: in the sweep benchmark, a CNN job left 3 workers, predicted hundreds of seconds slower than
-    any other count, for an XLA setting never run, "100% sure" against 3 workers, and ran it at 1.4x the time
-    per iteration of the best seen."""
-    paying = [p for p in priced
-              if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)]
-    if any(p[0] == BEST_SEEN for p in paying):
-        beats = {name: c.beats_best_known for name, c in zip(CANDIDATE_NAMES, suggestion.candidates)}
-        paying = [p for p in paying if beats.get(p[0]) is None or beats[p[0]] >= CONFIDENCE]
-    return paying
-
-
-def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
-         tried: Sequence[dict[str, Any]], ahead: dict[str, Any] | None, left: float | None, segment_s: float,
-         tries: int = 64) -> tuple[dict[str, Any] | None, dict[str, str], float]:
-    """A random untried setting whose switch fits the exploration budget ``left``, chosen for what it teaches
-    per second it costs; returns (setting or None, its switch's parts, their estimated cost).
-
-    ``ahead``, the setting drawn ahead for the driver to prepare
-    (:meth:`TuningManager.ahead`), is taken if it is untried and fits.
-    Without a budget (``left`` None), draws are uniform over the space.
-    With one, ``tries`` uniform draws are made, and those whose estimated
-    cost exceeds the budget left are dropped. Of the rest, the one with the
-    most *new values* (a knob at a value no tried setting had) per second it
-    costs (the switch's estimated cost, XLA's compile included, plus the
-    ``segment_s`` it runs for) is taken: cheap switches change few knobs,
-    and without this a small budget spends itself on thread and optimizer
-    knobs, and the GP never sees the layout vary (measured on LogR: three
-    random settings, all at the starting layout); a costly one must teach
-    more to be drawn. (The caller ends the random phase once the job is too
-    far along: :meth:`TuningManager._draw`.)
-    """
-    def priced(candidate):
-        parts = switch_parts(space.knobs, current, candidate)
-        return candidate, parts, costs.estimate(parts)
-
-    if left is None:
-        return priced(ahead if ahead is not None and ahead not in tried else space.sample(rng, exclude=tried))
-    if ahead is not None and ahead not in tried and priced(ahead)[2] <= left:
-        return priced(ahead)
-    fitting = []
-    for _ in range(tries):
-        candidate, parts, cost = priced(space.sample(rng, exclude=tried))
-        if candidate not in tried and cost <= left:
-            new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
-            fitting.append((new / (cost + segment_s + 1e-3), candidate, parts, cost))
-    if not fitting:
-        return None, {}, 0.0
-    best = max(f[0] for f in fitting)
-    return rng.choice([f[1:] for f in fitting if f[0] == best])
-
-
-def explore_price(prediction, cost: float, current_s: float, iterations_left: float,
-                  segment_iterations: int | None, min_segment_s: float) -> float:
-    """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
-    (the GP's mean slowdown over a segment of the current length) and the switch back."""
-    slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
-    per_iteration = current_s / iterations_left
-    iterations = segment_iterations or 3 * int(prediction.setting["worker"])
-    segment_s = max(min_segment_s, iterations * per_iteration)
-    return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)
+    cost, it is :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE` for a setting left
+    recently), and the candidate's compiling knobs (XLA) are at levels some ``observed`` setting had: the GP
+    knows nothing of a level never run, and a wrong guess there costs a compile. In the sweep benchmark, a CNN
+    job predicted hundreds of seconds slower on 3 workers than on any other count "exploited" 2 workers with
+    XLA, never run by it or the jobs before it, and trained 72 s at 1.4x the time per iteration of the same
+    layout without XLA. Such a switch may still explore."""
+    levels = {(name, s.get(name)) for s in observed for name in COMPILING_KNOBS}
+    return [p for p in priced
+            if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)
+            and all((name, p[1].setting.get(name)) in levels for name in COMPILING_KNOBS)]
 
 
 class TuningManager:
@@ -219,6 +167,7 @@ class TuningManager:
             options say.
         seed: seeds the random phase and the GP.
         history: triples of earlier runs of the same job (resuming).
+        gp_fit: an earlier job's GP fit to start from (:mod:`tfonline.tuner.inherit`).
     """
 
     def __init__(self, space: KnobSpace, start: dict[str, Any], target_loss: float,
@@ -226,7 +175,8 @@ class TuningManager:
                  random_settings: int = 10, segment_iterations: int | None = None, min_segment_s: float = 2.0,
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
                  exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online",
-                 overhead_share: float | None = OVERHEAD_SHARE, speed_prior: bool = False):
+                 overhead_share: float | None = OVERHEAD_SHARE, speed_prior: bool = False,
+                 gp_fit: GPFit | None = None):
         check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget,
                       overhead_share)
         self.overhead = OverheadBudget(overhead_share)
@@ -245,6 +195,9 @@ class TuningManager:
         self.stretch = 1
         self.rng = random.Random(seed)
         self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
+        if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
+            self.optimizer.adopt(gp_fit.form, gp_fit.values)
+            self.overhead.fit_cost_s = gp_fit.cost_s
         self.costs = cost_model or CostModel()
         self.triples: list[Triple] = list(history)
         self.random_done = 0
@@ -292,7 +245,7 @@ class TuningManager:
         machine, where the tuner's thread waits for a core while the workers
         train on (the LogR benchmark: 2.0 s of CPU, 6.5 s of wall time).
         """
-        started = time.thread_time()
+        started, self._refitted = time.thread_time(), False
         triple = self.triple(run)
         self.triples.append(triple)
         if self._first_loss is None:
@@ -303,7 +256,8 @@ class TuningManager:
         decision = replace(decision, overhead_s=time.thread_time() - started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
         self.overhead.decided(decision.overhead_s, self._refitted)
-        self._refitted = False
+        if self._refitted and self.optimizer.latest_fit is not None:
+            decision = replace(decision, gp_fit=GPFit(*self.optimizer.latest_fit, decision.overhead_s))
         self.decisions += 1
         if decision.switch:
             if self._judged_worse:
@@ -410,7 +364,7 @@ class TuningManager:
         return decision
 
     def _draw(self, current: dict[str, Any]):
-        """The next random setting (see :func:`draw`): (setting or None, its switch's parts, their estimated cost,
+        """The next random setting (see :func:`~tfonline.tuner.explore.draw`): (setting or None, its switch's parts, their estimated cost,
         the budget left or None when unlimited, whether the job is too far along for any draw)."""
         tried = [t.setting for t in self.triples] + [current]
         left = self.exploration_left()
@@ -482,7 +436,7 @@ class TuningManager:
         suggestion, iterations_left = suggested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
-        paying = _exploits(priced, suggestion)
+        paying = _exploits(priced, [t.setting for t in self.triples] + [current])
         if paying:
             name, prediction, _, parts, cost, back = max(paying, key=lambda p: p[1].gain_s - p[4])
             return self._switch(prediction, parts, cost, ei,
@@ -583,12 +537,8 @@ class TuningManager:
         self.budget.explore(self.best_per_iteration_s())
 
     def best_per_iteration_s(self) -> float | None:
-        """The lowest mean time per iteration of any setting seen (each setting's mean over its segments)."""
-        times: dict[str, list[float]] = {}
-        for t in self.triples:
-            if t.per_iteration_s is not None and t.distance == 0:  # another workload's times are on its own scale
-                times.setdefault(setting_key(t.setting), []).append(t.per_iteration_s)
-        return min((float(np.mean(v)) for v in times.values()), default=None)
+        """The lowest mean time per iteration of any setting seen (:func:`~tfonline.tuner.budget.best_time`)."""
+        return best_time(self.triples)
 
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The measured cost of a switch the driver applied, and its parts (:attr:`Decision.parts`)."""

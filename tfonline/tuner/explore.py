@@ -1,0 +1,62 @@
+"""Exploring, and what it costs: the random phase's draws, and the price of an online exploration (the tuning
+loop of :mod:`tfonline.tuner.manager`)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+from tfonline.reconfig.plan import switch_parts
+from tfonline.tuner._records import CostModel
+from tfonline.tuner.space import KnobSpace
+
+
+def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
+         tried: Sequence[dict[str, Any]], ahead: dict[str, Any] | None, left: float | None, segment_s: float,
+         tries: int = 64) -> tuple[dict[str, Any] | None, dict[str, str], float]:
+    """A random untried setting whose switch fits the exploration budget ``left``, chosen for what it teaches
+    per second it costs; returns (setting or None, its switch's parts, their estimated cost).
+
+    ``ahead``, the setting drawn ahead for the driver to prepare
+    (:meth:`TuningManager.ahead`), is taken if it is untried and fits.
+    Without a budget (``left`` None), draws are uniform over the space.
+    With one, ``tries`` uniform draws are made, and those whose estimated
+    cost exceeds the budget left are dropped. Of the rest, the one with the
+    most *new values* (a knob at a value no tried setting had) per second it
+    costs (the switch's estimated cost, XLA's compile included, plus the
+    ``segment_s`` it runs for) is taken: cheap switches change few knobs,
+    and without this a small budget spends itself on thread and optimizer
+    knobs, and the GP never sees the layout vary (measured on LogR: three
+    random settings, all at the starting layout); a costly one must teach
+    more to be drawn. (The caller ends the random phase once the job is too
+    far along: :meth:`tfonline.tuner.manager.TuningManager._draw`.)
+    """
+    def priced(candidate):
+        parts = switch_parts(space.knobs, current, candidate)
+        return candidate, parts, costs.estimate(parts)
+
+    if left is None:
+        return priced(ahead if ahead is not None and ahead not in tried else space.sample(rng, exclude=tried))
+    if ahead is not None and ahead not in tried and priced(ahead)[2] <= left:
+        return priced(ahead)
+    fitting = []
+    for _ in range(tries):
+        candidate, parts, cost = priced(space.sample(rng, exclude=tried))
+        if candidate not in tried and cost <= left:
+            new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
+            fitting.append((new / (cost + segment_s + 1e-3), candidate, parts, cost))
+    if not fitting:
+        return None, {}, 0.0
+    best = max(f[0] for f in fitting)
+    return rng.choice([f[1:] for f in fitting if f[0] == best])
+
+
+def explore_price(prediction, cost: float, current_s: float, iterations_left: float,
+                  segment_iterations: int | None, min_segment_s: float) -> float:
+    """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
+    (the GP's mean slowdown over a segment of the current length) and the switch back."""
+    slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
+    per_iteration = current_s / iterations_left
+    iterations = segment_iterations or 3 * int(prediction.setting["worker"])
+    segment_s = max(min_segment_s, iterations * per_iteration)
+    return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)
