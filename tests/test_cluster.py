@@ -52,6 +52,23 @@ def test_a_forked_node_that_exits_is_reported_with_its_exit_code():
     assert node_processes(os.getpid()) == before
 
 
+def test_a_restarted_node_is_not_taken_for_an_earlier_one_that_had_its_pid(cluster):
+    """The system gives pids again (pid_max is 32,768 here, and every TensorFlow thread takes one): a
+    restarted node once got the pid of a node that had exited with 0 before it, and the fork server's record
+    of that exit made the new node look dead ("node 0 died during the job with exit code 0", the sweep
+    benchmark, after a few hundred node restarts). Every pid but the live nodes' is given a recorded exit of 0
+    here, as if each had been used before."""
+    server, live = cluster._fork_server, set(cluster.node_pids)  # the record of exits that pid reuse would leave
+    server._exits.update({pid: 0 for pid in range(1, 1 << 22) if pid not in live})
+    try:
+        threads = cluster.node_threads(0)
+        cluster.restart_nodes({0: threads})
+        cluster.check_alive()
+        assert server.exit_code(cluster.node_pids[0]) is None
+    finally:
+        server._exits.clear()
+
+
 @pytest.mark.parametrize(
     "fork_server, message",
     [

@@ -98,6 +98,8 @@ class ForkServer:
             if "exit" in message:
                 self._exits[message["exit"]] = message["code"]
             else:
+                if "forked" in message:  # a pid the system gave again: an earlier child's exit is not this one's
+                    self._exits.pop(message["forked"], None)
                 self._replies.put(message)
 
     def _reply(self, deadline: float, what: str) -> dict:

@@ -43,11 +43,11 @@ decision's cost is fitting the GP's hyperparameters, so a decision refits
 them only when the share so far pays for one more fit; the others condition
 the GP on the new observations with the latest fit's hyperparameters, at a
 tenth of the cost. A segment also lasts until the tuner's time so far is
-back within its share (:class:`~tfonline.tuner.budget.OverheadBudget`). Before, every decision refitted and
-the next segment lasted 50 times that decision: on the sweep benchmark's
-CNN jobs, 0.6-2.4 s of CPU per decision made segments of 30-120 s, and a
-5-minute job decided 5 times, one of them to explore a setting 2.3x slower
-for 118 s.
+back within its share (:class:`~tfonline.tuner.budget.OverheadBudget`).
+Before, every decision refitted and the next segment lasted 50 times that
+decision: on the sweep benchmark's CNN jobs, 0.6-2.4 s of CPU per decision
+made segments of 30-120 s, and a 5-minute job decided 5 times, one of them
+to explore a setting 2.3x slower for 118 s.
 """
 
 from __future__ import annotations
