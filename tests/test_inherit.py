@@ -189,7 +189,7 @@ def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_deci
     assert (fits[-1].form, fits[-1].values) == first.optimizer.latest_fit
     second = sim.make_manager(space, 1, 0.305, history=[dataclasses.replace(t, source="first")
                                                         for t in first.triples], gp_fit=fits[-1],
-                              overhead_share=0.02)
+                              overhead_share=0.02, random_settings=0)
     suggest, asked = second.optimizer.suggest, []
 
     def spy(*args, **kwargs):
