@@ -136,7 +136,7 @@ class Recorder:
         }, replace=True)
 
     def gp_fit(self, fit, step: int) -> None:
-        """The GP's hyperparameters a decision fitted (a :class:`tfonline.tuner.GPFit`)."""
+        """The GP's hyperparameters a decision fitted (a :class:`tfonline.tuner._records.GPFit`)."""
         self.repo.insert("gp_fits", {"job_id": self.job_id, "step": step, "form": json.dumps(list(fit.form)),
                                      "hyperparameters": json.dumps(list(fit.values)), "cost_s": fit.cost_s},
                          replace=True)

@@ -183,7 +183,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
         {"job_id": str, "resumed_at": float, "step": int, "checkpoint": str, "lost_steps": int, "gap_s": float},
         ("job_id", "resumed_at"),
     ),
-    "gp_fits": (  # v9: the GP's hyperparameters, each time a decision fitted them (tfonline.tuner.GPFit)
+    "gp_fits": (  # v9: the GP's hyperparameters, each time a decision fitted them (tfonline.tuner._records.GPFit)
         {"job_id": str, "step": int, "form": str, "hyperparameters": str, "cost_s": float},
         ("job_id", "step"),
     ),
