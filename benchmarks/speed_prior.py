@@ -21,11 +21,7 @@ import simulated as sim  # noqa: E402
 
 
 def loop(seed: int, speed_prior: bool) -> tuple[int, float, float]:
-    space = sim.space()
-    manager = sim.make_manager(space, seed, speed_prior=speed_prior)
-    manager.target_loss = 0.305  # a long job: switching pays
-    decisions = sim.SimulatedJob(seed).drive(manager, 40)
-    ratios = [sim.time_per_progress(d.candidate if d.switch else d.current) / sim.optimum(space) for d in decisions]
+    *_, ratios = sim.known_surface_loop(seed, 40, speed_prior=speed_prior)
     found = next((i for i, r in enumerate(ratios) if r <= 1.10), len(ratios))
     after = ratios[max(found, 10):] or [float("inf")]
     return found, sum(r <= 1.10 for r in after) / len(after), sum(ratios[10:]) / len(ratios[10:])

@@ -119,3 +119,15 @@ def stale_job(seed: int) -> Segments:
     workload = Workload("StaleSurface", NODES, StaleSurface(), curve, target_loss=0.305, model_bytes=0.0, start_s=0.0,
                         smoothing_window=19)
     return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)
+
+
+def known_surface_loop(seed: int, decisions: int = 40, **options) -> tuple[float, TuningManager, list, list[float]]:
+    """The tuner's loop on the known surface from a start about 8x slower than the optimum, target 0.305 (a
+    long job: switching pays): the start's distance from the optimum, the manager, its decisions, and the
+    distance of the setting each decision leaves running (1.0 is the optimum)."""
+    sp = space()
+    manager = make_manager(sp, seed, 0.305, **options)
+    best = optimum(sp)
+    start = time_per_progress(manager.current) / best
+    made = SimulatedJob(seed).drive(manager, decisions)
+    return start, manager, made, [time_per_progress(d.candidate if d.switch else d.current) / best for d in made]

@@ -37,13 +37,7 @@ def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
     after that within 10% too (a GP fitted to noisy segments may still try
     a worse setting now and then).
     """
-    space = sim.space()
-    manager = sim.make_manager(space, seed)
-    manager.target_loss = 0.305  # a long job: switching pays
-    job = sim.SimulatedJob(seed)
-    start = sim.time_per_progress(manager.current) / sim.optimum(space)
-    decisions = job.drive(manager, DECISIONS)
-    ratios = [sim.time_per_progress(d.candidate if d.switch else d.current) / sim.optimum(space) for d in decisions]
+    start, manager, decisions, ratios = sim.known_surface_loop(seed, DECISIONS)
     print(f"seed {seed}: start {start:.2f}x the optimum; after each decision: "
           + " ".join(f"{r:.2f}" for r in ratios))
     assert start > 5

@@ -10,7 +10,7 @@ does ``w / T`` iterations a second; a synchronous step is one iteration.
 The simulator runs jobs on it (:mod:`tfonline.simulator.model`),
 ``tfonline calibrate`` fits it to a repository's fixed runs, and the tuner
 fits it to every job's observations as the GP's first guess
-(:func:`tfonline.tuner._gpyopt.speed_prior`).
+(:class:`SpeedPrior`, :meth:`tfonline.tuner._gpyopt.GPOptimizer.prior`).
 """
 
 from __future__ import annotations
