@@ -32,3 +32,20 @@ def test_a_quick_cleanup_finishes_quietly(caplog):
     with caplog.at_level(logging.WARNING, logger="tfonline"):
         assert side_by_side([lambda: None], "closing 1 session(s)") == [True]
     assert caplog.text == ""
+
+
+def test_the_jobs_input_is_read_without_tf_data_autotuning_unless_the_input_fn_asks_for_it():
+    """Destroying an iterator with autotuning on waits for its model thread's sleep (up to a minute): a node's
+    reset at a job's end did, and held the next job of a sweep up to 47 s before its first iteration."""
+    import tensorflow as tf
+
+    from tfonline._graph import without_autotune
+
+    plain = tf.data.Dataset.range(4).batch(2)
+    assert plain.options().autotune.enabled is None  # tf.data's default: on
+    assert without_autotune(plain).options().autotune.enabled is False
+    assert list(without_autotune(plain).as_numpy_iterator())[1].tolist() == [2, 3]  # the same data
+    for chosen in (True, False):
+        options = tf.data.Options()
+        options.autotune.enabled = chosen
+        assert without_autotune(plain.with_options(options)).options().autotune.enabled is chosen

@@ -17,7 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfonline._graph import build_model, check_dataset
+from tfonline._graph import build_model, check_dataset, without_autotune
 from tfonline.exceptions import JobDefinitionError
 
 MAX_BATCHES = 1_000_000  # more than this from eval_input_fn: its dataset does not end (a repeat())
@@ -34,7 +34,7 @@ def evaluates(job) -> bool:
 
 
 def eval_dataset(job) -> tf.data.Dataset:
-    return check_dataset(job.eval_input_fn(), "eval_input_fn")
+    return without_autotune(check_dataset(job.eval_input_fn(), "eval_input_fn"))  # as the input (_graph)
 
 
 def metric_function(job):

@@ -137,10 +137,29 @@ def check_dataset(dataset: Any, what: str) -> tf.data.Dataset:
     return dataset
 
 
+def without_autotune(dataset):
+    """``dataset`` with tf.data's autotuning off, unless its own options turn it on.
+
+    An iterator with autotuning on runs a model thread that sleeps between
+    optimisations, longer and longer (up to a minute), and destroying the
+    iterator waits for that sleep to end. Resetting a finished job's
+    container on a node destroys its input iterators: measured, a reset
+    after 25 s of reading waited 16 s with autotuning, 0 s without; in a
+    CNN sweep it held the next job's start for up to 47 s (NOTES.md,
+    2026-11-24). tfonline's own datasets have nothing to autotune; a
+    user's ``tf.data.AUTOTUNE`` parallelism gets tf.data's static default.
+    """
+    if dataset.options().autotune.enabled is not None:
+        return dataset  # the user chose
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
 def input_iterator(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
     """Shard ``shard`` of ``num_shards`` of the job's input, from ``skip`` batches on: (iterator, features,
     labels)."""
-    dataset = check_dataset(job.input_fn(shard, num_shards), "input_fn")
+    dataset = without_autotune(check_dataset(job.input_fn(shard, num_shards), "input_fn"))
     if skip is not None:
         dataset = dataset.skip(skip)
     # A shared name keeps the iterator, and its position, on the worker's
