@@ -202,3 +202,38 @@ def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_deci
     while not asked and second.decisions < 4:
         (decision,) = job.drive(second, 1)
     assert asked == [False] and decision.gp_fit is None  # the first decision that asked the GP did not fit it
+
+
+def test_a_job_given_no_setting_starts_where_the_nearest_earlier_job_that_reached_its_target_ended(tmp_path):
+    """A sweep's later job starts on the setting the nearest earlier job's tuner ended on, not on TensorFlow's
+    default (one CNN job at a high learning rate lost its network on the default's 3 asynchronous workers
+    before its first decision): from a job that reached its target, on this space's nodes and pins."""
+    space = sim.space()
+    first, last = _settings(space, 2, 0)
+    big = dict(first, ps=3, worker=3)
+    assert not space.contains(big)  # 6 nodes; the space has 5
+    repo = _repository(tmp_path, [("done", "LogR", LOGR, _triples(space, 2, 0)),
+                                  ("capped", "LogR", LOGR, _triples(space, 2, 1)),
+                                  ("far", "WideLogR", dataclasses.replace(LOGR, parameter_bytes=16_388 * 2),
+                                   _triples(space, 2, 2))])
+
+    def segments(job_id, *settings):
+        for i, s in enumerate(settings):
+            repo.insert("settings", {"id": setting_key(s), "knobs": json.dumps(s), "short": ""}, replace=True)
+            repo.insert("segments", {"job_id": job_id, "segment": i, "setting_id": setting_key(s)})
+
+    segments("done", first, last)
+    segments("capped", last, first)
+    segments("far", first, big)
+    repo.update("jobs", "capped", {"status": "max_seconds"})
+    repo.flush()
+    got = inherit(repo, None, "LogR", LOGR, space)
+    assert [s.job_id for s in got.sources] == ["capped", "done", "far"]  # nearest, then latest, first
+    assert got.start == last and got.start_from == "done"  # the capped job did not reach its target
+    pinned = sim.space(worker=1 if last["worker"] != 1 else 2)
+    assert inherit(repo, None, "LogR", LOGR, pinned).start is None  # outside the user's pins
+    repo.update("jobs", "done", {"status": "failed"})
+    repo.update("jobs", "far", {"status": "converged"})
+    repo.flush()
+    assert inherit(repo, None, "LogR", LOGR, space).start is None  # the far job ended on 6 nodes
+    repo.close()

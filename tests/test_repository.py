@@ -212,7 +212,7 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
-    assert repo.schema_version == SCHEMA_VERSION == 9
+    assert repo.schema_version == SCHEMA_VERSION == 10
     assert {"driver_host", "driver_pid", "heartbeat_at", "model_dir", "signature"} <= set(repo.db["jobs"].columns_dict)
     assert all(repo.db[table].exists()
                for table in ("triples", "phases", "checkpoints", "evaluations", "inheritances", "gp_fits"))

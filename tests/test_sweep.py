@@ -67,7 +67,8 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
     (source,) = jobs[second.job_id]["inherited"]
     fitted = con.execute("select count(*) from gp_fits where job_id = ?", (first.job_id,)).fetchone()[0] > 0
     assert source == {"job_id": first.job_id, "name": "TunedLogR", "distance": 0.0, "triples": learnt(first.job_id),
-                      "gp_fit": int(fitted)}  # the second job's GP starts from the first's latest fit
+                      "gp_fit": int(fitted), "start": 0}  # the GP starts from the first's latest fit; the sweep's
+    # setting (ps2 w1), not the first's last one, is where it started: a setting given comes first
     # random_settings 2, shortened by the inherited weight (1 per triple at distance 0): none left from 2 on
     randoms = [d for d in jobs[second.job_id]["decisions"] if d["phase"] == "random"]
     assert len(randoms) <= max(0, 2 - learnt(first.job_id))
@@ -75,10 +76,21 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
     earlier = [j for j in (first.job_id, second.job_id) if learnt(j)]
     assert sorted(s["job_id"] for s in jobs[namesake.job_id]["inherited"]) == sorted(earlier)
     assert jobs[wider.job_id]["inherited"] == []
+
+    def segment_setting(job_id, order):
+        return con.execute(f"select setting_id from segments where job_id = ? order by segment {order} limit 1",
+                           (job_id,)).fetchone()[0]
+
+    # The namesake was given no setting: it started where the latest earlier job that converged ended.
+    ended = [j for j in (second, first) if j.status == "converged" and j.job_id in earlier][0]
+    assert segment_setting(namesake.job_id, "asc") == segment_setting(ended.job_id, "desc")
+    assert [s["job_id"] for s in jobs[namesake.job_id]["inherited"] if s["start"]] == [ended.job_id]
     assert main(["report", db_path, "--job", second.job_id]) == 0
     count = learnt(first.job_id)
     assert (f"  inherited:       {count} observation{'s' if count != 1 else ''} from 1 job: {first.job_id} "
             f"(TunedLogR, distance 0.00, {count}{', and its GP fit' if fitted else ''})") in capsys.readouterr().out
+    assert main(["report", db_path, "--job", namesake.job_id]) == 0
+    assert "; started on the setting it ended on)" in capsys.readouterr().out
 
 
 @pytest.mark.fast

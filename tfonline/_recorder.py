@@ -168,7 +168,8 @@ class Recorder:
             self.repo.insert("inheritances", {"job_id": self.job_id, "from_job_id": source.job_id,
                                               "name": source.name, "distance": source.distance,
                                               "triples": source.triples,
-                                              "gp_fit": int(source.job_id == inheritance.gp_fit_from)}, replace=True)
+                                              "gp_fit": int(source.job_id == inheritance.gp_fit_from),
+                                              "start": int(source.job_id == inheritance.start_from)}, replace=True)
 
     def signature(self, signature) -> None:
         """The workload's :class:`tfonline.signature.Signature`."""

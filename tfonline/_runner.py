@@ -90,6 +90,7 @@ class Runner:
         self.monitor: Monitor | None = None
         self.progress: Progress | None = None
         self.space = None
+        self.inheritance = None  # what the tuner starts from (tfonline.tuner.inherit), made before the start setting
         self._schedule: Schedule | None = None
 
     # -- what the workers trained on (tfonline._sessions.Engine) -------------
@@ -159,8 +160,18 @@ class Runner:
         extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
         requested = self.resumed.setting if self.resumed is not None else self.requested_setting
         setting = resolve_setting(requested, node_count, extra_knobs=extra)
+        try:
+            self.signature = signature(self.job, DEFAULT_PARTITION_MIN_BYTES, self.mode)
+        except Exception as e:  # noqa: BLE001 (a helper: the job runs without it)
+            logger.warning("no workload signature for %s: %s: %s", self.job.name, type(e).__name__, e)
         if self.tuning is not None:
             self.space = self.tuning.space(node_count, self._fixed_threads())
+            if self.tuning.schedule is None:
+                self.inheritance = self._inherit()
+                if requested is not None:  # the user's, or the resumed job's, setting comes first
+                    self.inheritance.start = self.inheritance.start_from = None
+                elif self.inheritance.start is not None:  # where the nearest earlier job ended
+                    setting = resolve_setting(self.inheritance.start, node_count, extra_knobs=extra)
             setting = self.space.start(setting)
             if self.tuning.schedule is not None:
                 self._schedule = Schedule(self.space, setting, self.tuning.schedule, self.reconfig)
@@ -169,11 +180,19 @@ class Runner:
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         if evaluates(self.job):
             check_metrics(self.job, self.rule, {part.name for part in self.partitions})
-        try:
-            self.signature = signature(self.job, DEFAULT_PARTITION_MIN_BYTES, self.mode)
-        except Exception as e:  # noqa: BLE001 (a helper: the job runs without it)
-            logger.warning("no workload signature for %s: %s: %s", self.job.name, type(e).__name__, e)
         return node_count, setting
+
+    def _inherit(self):
+        """What the tuner starts from (:meth:`tfonline.tuner.Tuning.inherit`); nothing when the repository
+        cannot say (a helper: the job is tuned as if alone)."""
+        from tfonline.tuner import Inheritance
+
+        try:
+            return self.tuning.inherit(self.space, self.job, self.recorder.repo, self.job_id, self.signature)
+        except Exception as e:  # noqa: BLE001
+            logger.warning("nothing inherited from earlier jobs: %s: %s; the job is tuned as if alone",
+                           type(e).__name__, e)
+            return Inheritance()
 
     def _on_a_cluster(self, setting: dict, node_count: int) -> tuple[str, str]:
         """Starts (or joins) the cluster, trains, and stops everything it started, whatever happened."""
@@ -261,7 +280,8 @@ class Runner:
         manager = None
         if self.tuning is not None:
             manager = self._schedule or self.tuning.manager(self.space, setting, self.job, self.recorder.repo,
-                                                            self.seed, self.reconfig, self.job_id, self.signature)
+                                                            self.seed, self.reconfig, self.job_id, self.signature,
+                                                            self.inheritance)
             self.recorder.inherited(getattr(manager, "inheritance", None))
             state.phase = manager.phase
             self.recorder.phase(manager.phase, state.step + 1)

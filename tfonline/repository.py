@@ -40,7 +40,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -189,7 +189,8 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     ),
     "inheritances": (  # v7: the earlier jobs a tuned job's tuner started from (tfonline.tuner.inherit)
         {"job_id": str, "from_job_id": str, "name": str, "distance": float, "triples": int,
-         "gp_fit": int},  # v9: 1 for the job whose GP fit the tuner started from
+         "gp_fit": int,  # v9: 1 for the job whose GP fit the tuner started from
+         "start": int},  # v10: 1 for the job whose last setting the job started on
         ("job_id", "from_job_id"),
     ),
     "evaluations": (

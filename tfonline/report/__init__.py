@@ -51,8 +51,9 @@ JSON_SCHEMA = {
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
     "evaluations": "[{step, metrics: {name: value}, cost_s}]: on eval_input_fn's data",
     "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
-    "inherited": "[{job_id, name, distance, triples, gp_fit}]: the earlier jobs its tuner started from, nearest "
-                 "first (gp_fit: 1 for the job whose GP fit it started from)",
+    "inherited": "[{job_id, name, distance, triples, gp_fit, start}]: the earlier jobs its tuner started from, "
+                 "nearest first (gp_fit: 1 for the job whose GP fit it started from; start: 1 for the job whose "
+                 "last setting it started on)",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -214,8 +215,8 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "signature": json.loads(job["signature"]) if job.get("signature") else None,
         "resumes": list(repo.rows("select step, lost_steps, gap_s, checkpoint from resumes where job_id = ? "
                                   "order by resumed_at", (job_id,))),
-        "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples, gp_fit from inheritances "
-                                    "where job_id = ? order by distance, from_job_id", (job_id,))),
+        "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples, gp_fit, start "
+                                    "from inheritances where job_id = ? order by distance, from_job_id", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
@@ -240,7 +241,8 @@ def inherited_text(sources: list[dict[str, Any]]) -> str:
         return "nothing (no earlier job in this repository with a similar workload)"
     count = sum(s["triples"] for s in sources)
     listed = ", ".join(f"{s['job_id']} ({s['name']}, distance {s['distance']:.2f}, {s['triples']}"
-                       f"{', and its GP fit' if s.get('gp_fit') else ''})" for s in sources)
+                       f"{', and its GP fit' if s.get('gp_fit') else ''}"
+                       f"{'; started on the setting it ended on' if s.get('start') else ''})" for s in sources)
     return f"{count} observation{'s' if count != 1 else ''} from {len(sources)} job{'s' if len(sources) != 1 else ''}: {listed}"
 
 

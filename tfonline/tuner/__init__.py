@@ -55,11 +55,17 @@ class Tuning:
             restrict.setdefault("inter_op_parallelism_threads", fixed_threads.inter_op_parallelism_threads)
         return KnobSpace(node_count, os.cpu_count() or 1, restrict, tuple(self.extra_knobs))
 
+    def inherit(self, space: KnobSpace, job, repo, job_id: str | None = None, signature=None) -> Inheritance:
+        """What the job's tuner starts from (``resume``: see :mod:`tfonline.tuner.inherit`); nothing without."""
+        return inherit(repo, job_id, job.name, signature, space) if self.resume else Inheritance()
+
     def manager(self, space: KnobSpace, start: dict[str, Any], job, repo, seed: int,
-                technique: str = "online", job_id: str | None = None, signature=None) -> TuningManager:
-        """The job's tuning manager, started from what it inherits (``resume``: see :mod:`tfonline.tuner.inherit`);
+                technique: str = "online", job_id: str | None = None, signature=None,
+                inheritance: Inheritance | None = None) -> TuningManager:
+        """The job's tuning manager, started from ``inheritance`` (made by :meth:`inherit` when None);
         its ``inheritance`` says from which jobs."""
-        inheritance = inherit(repo, job_id, job.name, signature, space) if self.resume else Inheritance()
+        if inheritance is None:
+            inheritance = self.inherit(space, job, repo, job_id, signature)
         manager = TuningManager(
             space, start, float(job.target_loss), self.estimator_factory,
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,

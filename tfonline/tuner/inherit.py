@@ -17,6 +17,13 @@ shortened by the whole part of the inherited triples' weight,
   inherits as today, at the distance between the two signatures (0 when
   either has none, as before signatures were recorded).
 - A job unlike any before it inherits nothing and tunes as if alone.
+
+A tuned job given no setting starts on the setting its nearest earlier job
+that reached its target ended on (:attr:`Inheritance.start`), not on
+TensorFlow's default: what the earlier job's tuner concluded on the same
+kind of job, so a sweep does not pay again for the switches away from the
+default. It is the best setting near that job's target, which the new
+job's tuner revises from its first decision on.
 """
 
 from __future__ import annotations
@@ -47,13 +54,16 @@ class Source:
 
 @dataclass
 class Inheritance:
-    """The triples a job starts from (farthest first, its own run's last), where they came from, and the GP fit
-    it starts from: the latest of the nearest job that recorded one (its own run's first)."""
+    """The triples a job starts from (farthest first, its own run's last), where they came from, the GP fit
+    it starts from (the latest of the nearest job that recorded one, its own run's first), and the setting
+    a job given none starts on (the last of the nearest job that reached its target)."""
 
     triples: list[Triple] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     gp_fit: GPFit | None = None
     gp_fit_from: str | None = None  # the job whose fit it is
+    start: dict | None = None
+    start_from: str | None = None  # the job whose last setting it is
 
 
 def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
@@ -104,7 +114,23 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
         if inheritance.gp_fit is not None:
             inheritance.gp_fit_from = jid
             break
+    for source in inheritance.sources:
+        inheritance.start = _final_setting(repo, source.job_id, space)
+        if inheritance.start is not None:
+            inheritance.start_from = source.job_id
+            break
     return inheritance
+
+
+def _final_setting(repo, job_id: str, space: KnobSpace) -> dict | None:
+    """The setting a job that reached its target trained its last segment on, if ``space`` holds it; else None."""
+    rows = list(repo.rows("select s.knobs from jobs j join segments g on g.job_id = j.id "
+                          "join settings s on s.id = g.setting_id where j.id = ? and j.status = 'converged' "
+                          "order by g.segment desc limit 1", [job_id]))
+    if not rows:
+        return None
+    setting = json.loads(rows[0]["knobs"])
+    return setting if space.contains(setting) else None
 
 
 def _latest_fit(repo, job_id: str) -> GPFit | None:
