@@ -132,7 +132,7 @@ def test_bad_target_loss(target, shown, db_path):
         ({"nodes": 1}, r"nodes must be an integer >= 2 \(one ps, one worker\), got 1"),
         ({"patience": 0}, r"patience must be an integer >= 1 \(iterations\) or None, got 0"),
         ({"patience": 2.5}, r"patience must be an integer >= 1 \(iterations\) or None, got 2.5"),
-        ({"cluster": "127.0.0.1:1"}, "cluster must be None, a list of 'host:port' addresses or a Cluster"),
+        ({"cluster": "127.0.0.1:1"}, "cluster must be None, a list of 'host:port' addresses, 'TF_CONFIG' or a Cluster"),
         ({"cluster": ["nohost", "127.0.0.1:1"]}, "cluster addresses must look like 'host:port', got 'nohost'"),
         ({"cluster": ["127.0.0.1:1"]}, "cluster must be a list of at least 2 'host:port' addresses"),
         ({"model_dir": 3}, "model_dir must be a directory path or None, got int"),

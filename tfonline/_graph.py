@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -149,7 +150,10 @@ def without_autotune(dataset):
     2026-11-24). tfonline's own datasets have nothing to autotune; a
     user's ``tf.data.AUTOTUNE`` parallelism gets tf.data's static default.
     """
-    if dataset.options().autotune.enabled is not None:
+    with warnings.catch_warnings():  # in graph mode, options() warns that it reads them the legacy way, as here
+        warnings.simplefilter("ignore", UserWarning)
+        chosen = dataset.options().autotune.enabled
+    if chosen is not None:
         return dataset  # the user chose
     options = tf.data.Options()
     options.autotune.enabled = False

@@ -27,7 +27,7 @@ from dataclasses import asdict
 
 import tensorflow as tf
 
-from tfonline import _graph, _resume
+from tfonline import _graph, _resume, tf_config
 from tfonline._calls import each_step, side_by_side, signals_as_interrupts, threads_of
 from tfonline._eta import Progress
 from tfonline._evaluation import check_metrics, evaluates
@@ -70,6 +70,8 @@ class Runner:
                  tensorboard=None):
         self.job, self.requested_setting, self.db_path = job, setting, os.fspath(db)
         self.mode, self.sync = mode, mode == "sync"
+        if isinstance(cluster, str) and cluster == tf_config.VARIABLE:  # TensorFlow's convention: the environment's
+            cluster = tf_config.addresses()
         self.cluster_arg, self.nodes, self.seed, self.quiet = cluster, nodes, seed, quiet
         self.max_steps, self.max_seconds, self.patience = max_steps, max_seconds, patience
         self.estimator, self.tuning, self.reconfig = estimator, tuning, reconfig
@@ -308,7 +310,8 @@ class Runner:
             return arg.node_count
         if isinstance(arg, (list, tuple)):
             return len(check_addresses(arg))
-        raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses or a Cluster, got {arg!r}")
+        raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses, 'TF_CONFIG' or a Cluster, "
+                                 f"got {arg!r}")
 
     def _fixed_threads(self) -> NodeThreads | None:
         """The thread pools of nodes tfonline cannot restart (a given cluster), else None."""

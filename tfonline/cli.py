@@ -8,6 +8,7 @@
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
     tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--bind ADDRESS]
+    tfonline node --tf-config [--intra N] [--inter N] [--bind ADDRESS]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
 TensorFlow is imported only by ``node``, ``sweep`` and ``report --tensorboard``.
@@ -143,6 +144,15 @@ def _node(args) -> int:
     from tfonline._tensorflow import check_installed, require
 
     check_installed()
+    if args.tf_config:
+        from tfonline import tf_config
+
+        if args.cluster is not None or args.index is not None:
+            raise ConfigurationError("--tf-config replaces --cluster and --index, got both")
+        args.cluster, args.index = ",".join(tf_config.addresses()), tf_config.node_index()
+    elif args.cluster is None or args.index is None:
+        raise ConfigurationError("node needs --cluster and --index, or --tf-config, got "
+                                 f"{'neither' if args.cluster is None and args.index is None else 'one of them'}")
     addresses = [a.strip() for a in args.cluster.split(",") if a.strip()]
     if not 0 <= args.index < len(addresses):
         raise ConfigurationError(f"--index must be in [0, {len(addresses) - 1}] for {len(addresses)} addresses, "
@@ -326,8 +336,10 @@ def build_parser() -> argparse.ArgumentParser:
     cores = os.cpu_count() or 1
     node = sub.add_parser("node", help="serve one node of a cluster (for run(cluster=[...]))", description=NODE_HELP,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
-    node.add_argument("--cluster", required=True, help="every node's host:port, comma-separated, in order")
-    node.add_argument("--index", type=int, required=True, help="this node's position in --cluster")
+    node.add_argument("--cluster", help="every node's host:port, comma-separated, in order")
+    node.add_argument("--index", type=int, help="this node's position in --cluster")
+    node.add_argument("--tf-config", action="store_true",
+                      help="take --cluster and --index from the TF_CONFIG environment variable (tfonline.tf_config)")
     node.add_argument("--intra", type=int, default=cores, help="intra_op_parallelism_threads (default: cores)")
     node.add_argument("--inter", type=int, default=cores, help="inter_op_parallelism_threads (default: cores)")
     node.add_argument("--bind", default="127.0.0.1",

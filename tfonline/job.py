@@ -150,7 +150,9 @@ class MLJobFramework:
             mode: ``"async"`` (Hogwild-style: each worker pushes its own
                 update) or ``"sync"`` (one update from all workers' gradients).
             cluster: None for an embedded local cluster, a list of
-                ``host:port`` node addresses, or a :class:`tfonline.cluster.Cluster`.
+                ``host:port`` node addresses, ``"TF_CONFIG"`` (the addresses of
+                the ``TF_CONFIG`` environment variable, :mod:`tfonline.tf_config`),
+                or a :class:`tfonline.cluster.Cluster`.
             nodes: how many nodes the embedded cluster starts.
             seed: the graph-level random seed.
             max_steps, max_seconds, patience: override the class attributes
