@@ -50,12 +50,13 @@ def test_the_jobs_input_is_read_without_tf_data_autotuning_unless_the_input_fn_a
         options = tf.data.Options()
         options.autotune.enabled = chosen
         assert without_autotune(plain.with_options(options)).options().autotune.enabled is chosen
-    with tf.Graph().as_default(), warnings.catch_warnings():  # as a job builds its input: quietly, the same
-        warnings.simplefilter("error")
+    with tf.Graph().as_default():  # as a job builds its input: quietly, the same
         options = tf.data.Options()
         options.autotune.enabled = True
-        kept = without_autotune(tf.data.Dataset.range(2).with_options(options))
-        off = without_autotune(tf.data.Dataset.range(2))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # reading the options back in graph mode warns (the test's, not tfonline's)
-        assert (kept.options().autotune.enabled, off.options().autotune.enabled) == (True, False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            kept = without_autotune(tf.data.Dataset.range(2).with_options(options))
+            off = without_autotune(tf.data.Dataset.range(2))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # reading the options back in graph mode warns (the test's, not tfonline's)
+            assert (kept.options().autotune.enabled, off.options().autotune.enabled) == (True, False)
