@@ -162,10 +162,11 @@ class Runner:
         extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
         requested = self.resumed.setting if self.resumed is not None else self.requested_setting
         setting = resolve_setting(requested, node_count, extra_knobs=extra)
+        unsigned = None  # read first (what the tuner inherits picks the start); said after the job's own checks
         try:
             self.signature = signature(self.job, DEFAULT_PARTITION_MIN_BYTES, self.mode)
         except Exception as e:  # noqa: BLE001 (a helper: the job runs without it)
-            logger.warning("no workload signature for %s: %s: %s", self.job.name, type(e).__name__, e)
+            unsigned = e
         if self.tuning is not None:
             self.space = self.tuning.space(node_count, self._fixed_threads())
             if self.tuning.schedule is None:
@@ -182,6 +183,8 @@ class Runner:
         self.partitions = _graph.discover_partitions(self.job, self.rule, self.seed)
         if evaluates(self.job):
             check_metrics(self.job, self.rule, {part.name for part in self.partitions})
+        if unsigned is not None:  # the job itself is sound: the signature alone failed
+            logger.warning("no workload signature for %s: %s: %s", self.job.name, type(unsigned).__name__, unsigned)
         return node_count, setting
 
     def _inherit(self):
