@@ -43,9 +43,10 @@ def _ip(*args: str) -> None:
 
 
 def _limit(prefix: list[str], device: str, rate: str) -> None:
-    """A token bucket on ``device``'s egress: at most ``rate``, bursts of 64 KB, packets queued up to 50 ms."""
+    """A token bucket on ``device``'s egress: at most ``rate``, packets queued up to 50 ms. Its bucket holds
+    1 MB: a smaller one cannot reach a gigabit rate with the kernel's timer (tbf refills once per tick)."""
     out = subprocess.run([*prefix, "tc", "qdisc", "add", "dev", device, "root", "tbf", "rate", rate,
-                          "burst", "64kb", "latency", "50ms"], capture_output=True, text=True)
+                          "burst", "1mb", "latency", "50ms"], capture_output=True, text=True)
     if out.returncode != 0:
         raise HostsUnavailable(f"tc qdisc add dev {device} root tbf rate {rate}: {out.stderr.strip()}")
 
