@@ -31,7 +31,7 @@ def test_the_cluster_is_one_list_chief_ps_worker_then_the_others_and_each_task_f
 
 
 @pytest.mark.parametrize("environ, message", [
-    ({}, "cluster='TF_CONFIG' needs the TF_CONFIG environment variable, got none set"),
+    ({}, "the TF_CONFIG environment variable must hold the cluster (JSON), got none set"),
     ({"TF_CONFIG": "{cluster"}, "TF_CONFIG must be JSON, got '{cluster': Expecting property name"),
     ({"TF_CONFIG": "{}"}, "TF_CONFIG must name a cluster ({\"cluster\": {\"worker\": [\"host:port\", ...]}}), got '{}'"),
     ({"TF_CONFIG": '{"cluster": {"worker": "a:1"}}'},
@@ -54,7 +54,8 @@ def test_a_node_whose_task_is_missing_or_not_in_the_cluster_is_told_so():
 
 def test_run_with_cluster_tf_config_and_none_set_fails_before_anything_starts(db_path, monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    with pytest.raises(ConfigurationError, match="^cluster='TF_CONFIG' needs the TF_CONFIG environment variable"):
+    with pytest.raises(ConfigurationError,
+                       match=r"^the TF_CONFIG environment variable must hold the cluster \(JSON\), got none set$"):
         TinyLogR().run(db=db_path, cluster="TF_CONFIG", quiet=True)
     import os
 
@@ -66,6 +67,7 @@ def test_run_with_cluster_tf_config_and_none_set_fails_before_anything_starts(db
     (["--index", "0"], {}, "node needs --cluster and --index, or --tf-config, got one of them"),
     ([], {}, "node needs --cluster and --index, or --tf-config, got neither"),
     (["--tf-config"], env({"type": "ps", "index": 5}), "TF_CONFIG's task ps:5 is not in its cluster"),
+    (["--tf-config"], {}, "the TF_CONFIG environment variable must hold the cluster (JSON), got none set"),
 ])
 def test_tfonline_node_reads_tf_config_and_its_bad_input_is_one_line(args, environ, message):
     out = subprocess.run([sys.executable, "-m", "tfonline.cli", "node", *args], capture_output=True, text=True,

@@ -33,7 +33,7 @@ FIRST_TYPES = ("chief", "master", "ps", "worker")  # the order of the flattened 
 def _read(environ: Mapping[str, str]) -> dict:
     text = environ.get(VARIABLE)
     if not text:
-        raise ConfigurationError(f"cluster='TF_CONFIG' needs the {VARIABLE} environment variable, got none set")
+        raise ConfigurationError(f"the {VARIABLE} environment variable must hold the cluster (JSON), got none set")
     try:
         config = json.loads(text)
     except ValueError as e:
