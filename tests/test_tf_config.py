@@ -12,7 +12,7 @@ from jobs import TinyLogR
 from tfonline import tf_config
 from tfonline.exceptions import ConfigurationError
 
-pytestmark = pytest.mark.fast  # no cluster: nothing here reaches a node
+# No test here reaches a node; all but the command's (a process each, about 1 s) are in `pytest -m fast`.
 
 CLUSTER = {"worker": ["w0:1", "w1:1"], "evaluator": ["e:1"], "ps": ["p0:1", "p1:1"], "chief": ["c:1"]}
 
@@ -21,6 +21,7 @@ def env(task=None, cluster=CLUSTER):
     return {"TF_CONFIG": json.dumps({"cluster": cluster, **({"task": task} if task else {})})}
 
 
+@pytest.mark.fast
 def test_the_cluster_is_one_list_chief_ps_worker_then_the_others_and_each_task_finds_its_place():
     order = ["c:1", "p0:1", "p1:1", "w0:1", "w1:1", "e:1"]
     assert tf_config.addresses(env()) == order
@@ -30,6 +31,7 @@ def test_the_cluster_is_one_list_chief_ps_worker_then_the_others_and_each_task_f
         assert order[place] == CLUSTER[kind][index]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("environ, message", [
     ({}, "the TF_CONFIG environment variable must hold the cluster (JSON), got none set"),
     ({"TF_CONFIG": "{cluster"}, "TF_CONFIG must be JSON, got '{cluster': Expecting property name"),
@@ -43,6 +45,7 @@ def test_a_bad_tf_config_is_one_line(environ, message):
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+@pytest.mark.fast
 def test_a_node_whose_task_is_missing_or_not_in_the_cluster_is_told_so():
     with pytest.raises(ConfigurationError, match=r"^TF_CONFIG must name this node's task \(\{\"type\": \"worker\", "
                                                  r"\"index\": 0\}\), got task=None$"):
@@ -52,6 +55,7 @@ def test_a_node_whose_task_is_missing_or_not_in_the_cluster_is_told_so():
         tf_config.node_index(env({"type": "worker", "index": 2}))
 
 
+@pytest.mark.fast
 def test_run_with_cluster_tf_config_and_none_set_fails_before_anything_starts(db_path, monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(ConfigurationError,
@@ -67,9 +71,10 @@ def test_run_with_cluster_tf_config_and_none_set_fails_before_anything_starts(db
     (["--index", "0"], {}, "node needs --cluster and --index, or --tf-config, got one of them"),
     ([], {}, "node needs --cluster and --index, or --tf-config, got neither"),
     (["--tf-config"], env({"type": "ps", "index": 5}), "TF_CONFIG's task ps:5 is not in its cluster"),
-    (["--tf-config"], {}, "the TF_CONFIG environment variable must hold the cluster (JSON), got none set"),
 ])
 def test_tfonline_node_reads_tf_config_and_its_bad_input_is_one_line(args, environ, message):
+    """The command's own checks; TF_CONFIG's messages are the functions' (tested above), reached as the last
+    case reaches one."""
     out = subprocess.run([sys.executable, "-m", "tfonline.cli", "node", *args], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin", **environ}, timeout=60)
     assert out.returncode == 1
