@@ -22,9 +22,11 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -63,6 +65,7 @@ class Hosts:
         self.links = [f"tfoh{tag}{i}" for i in range(count)]  # this namespace's ends (on the bridge)
         self.addresses = [f"{subnet}.{i + 2}" for i in range(count)]
         self.processes: list[subprocess.Popen] = []  # everything started on the hosts, nodes included
+        self.logs: list = []  # the nodes' stderr
         self.nodes: list[subprocess.Popen] = []
         self.tf_config = ""
 
@@ -114,16 +117,21 @@ class Hosts:
         for index, task in enumerate(tasks):
             node_env = dict(env or os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": task}),
                             TF_CPP_MIN_LOG_LEVEL="2")
+            log = tempfile.TemporaryFile("w+")  # not a pipe: a node's warnings must never fill one and block it
+            self.logs.append(log)
             self.nodes.append(self.start(index, [sys.executable, "-m", "tfonline.cli", "node", "--tf-config",
                                                "--bind", self.addresses[index]],
-                                       env=node_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                       env=node_env, stdout=subprocess.PIPE, stderr=log, text=True))
         deadline = time.monotonic() + START_TIMEOUT_S
         for index, node in enumerate(self.nodes):
             line = ""
-            while '"serving"' not in line:
-                line = node.stdout.readline()
-                if not line or time.monotonic() > deadline:
-                    raise RuntimeError(f"the node on host {index} did not start: {node.stderr.read()[-500:]}")
+            while '"serving"' not in line:  # a node prints one line on stdout: its server, once it serves
+                ready, _, _ = select.select([node.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                line = node.stdout.readline() if ready else ""
+                if not line:
+                    self.logs[index].seek(0)
+                    raise RuntimeError(f"the node on host {index} did not start within {START_TIMEOUT_S:.0f} s "
+                                       f"(exit code {node.poll()}): {self.logs[index].read()[-500:]}")
         return self.tf_config
 
     def stop_processes(self) -> None:
@@ -140,7 +148,9 @@ class Hosts:
             for stream in (process.stdin, process.stdout, process.stderr):
                 if stream is not None:
                     stream.close()
-        self.processes, self.nodes = [], []
+        for log in self.logs:
+            log.close()
+        self.processes, self.nodes, self.logs = [], [], []
 
     def kill_node(self, index: int) -> None:
         """Kills host ``index``'s node (SIGKILL), as a machine that goes away."""
