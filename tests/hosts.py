@@ -152,20 +152,17 @@ class Hosts:
             log.close()
         self.processes, self.nodes, self.logs = [], [], []
 
-    def kill_node(self, index: int) -> None:
-        """Kills host ``index``'s node (SIGKILL), as a machine that goes away."""
-        self.nodes[index].kill()
-        self.nodes[index].wait()
-
     def close(self) -> None:
         """Stops what runs on the hosts, then removes the namespaces, the veth pairs and the bridge; each step
         whatever the others did."""
-        self.stop_processes()
-        for namespace in self.namespaces:
-            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
-        for link in self.links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True)
-        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+        try:
+            self.stop_processes()
+        finally:
+            for namespace in self.namespaces:
+                subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+            for link in self.links:
+                subprocess.run(["ip", "link", "del", link], capture_output=True)
+            subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
     def leftovers(self) -> list[str]:
         """What of this harness still exists: namespaces and links by name (none after :meth:`close`)."""
