@@ -84,7 +84,7 @@ def test_shipped_digits(source, side, count):
     assert x.shape == (8, side, side, 1) and 0.0 <= x.min() and x.max() <= 1.0
 
 
-@pytest.mark.parametrize("source", ["mnist", "sklearn"])
+@pytest.mark.parametrize("source", ["sklearn"])  # mnist: tests/test_data_mnist.py, outside pytest -m fast
 def test_the_test_split_is_a_fifth_of_each_class_and_the_train_split_the_rest(source):
     images, labels = load_digits(source)
     train_x, train_y = load_digits(source, split="train")

@@ -1,7 +1,7 @@
 """The paper's comparison across hosts: every layout fixed, and a tuned job, on network namespaces whose links
 are limited (issue 20's multi-host section).
 
-    python benchmarks/hosts.py [--hosts 4] [--rate 100mbit] [--workload cnn] [--cap 300] [--out DIR]
+    python benchmarks/multihost.py [--hosts 4] [--rate 100mbit] [--workload cnn] [--cap 300] [--out DIR]
 
 Makes ``--hosts`` network namespaces on a bridge (``tests/hosts.py``), each
 link limited both ways to ``--rate`` by a token bucket (``tc tbf``; this
