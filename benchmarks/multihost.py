@@ -41,7 +41,7 @@ def layouts(hosts: int) -> list[dict]:
     return [{"ps": ps, "worker": w} for ps in range(1, hosts) for w in range(1, hosts - ps + 1)]
 
 
-def run_one(name: str, db: str, cap: float, log, **options) -> dict:
+def run_one(name: str, db: str, cap: float, **options) -> dict:
     job = workloads.job(name, "quick")
     started = time.monotonic()
     try:
@@ -102,9 +102,9 @@ def main(argv=None) -> int:
         fixed = {}
         for setting in layouts(args.hosts):
             label = f"ps{setting['ps']} w{setting['worker']}"
-            fixed[label] = run_one(args.workload, db, args.cap, log, setting=setting)
+            fixed[label] = run_one(args.workload, db, args.cap, setting=setting)
             log(f"  {label:<8} {fixed[label]['status']:<10} {fixed[label]['completion_time_s'] or 0:7.1f} s")
-        tuned = run_one(args.workload, db, args.cap, log, tune=True)
+        tuned = run_one(args.workload, db, args.cap, tune=True)
         log(f"  tuned    {tuned['status']:<10} {tuned['completion_time_s'] or 0:7.1f} s  {tuned.get('most_used_setting')}")
     result = {"date": date, "hosts": args.hosts, "rate": args.rate, "workload": args.workload, "cap_s": args.cap,
               "fixed": fixed, "tuned": tuned, "summary": summarise(fixed, tuned, args.cap)}

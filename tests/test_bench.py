@@ -117,4 +117,3 @@ def test_an_unknown_workload_is_refused_in_one_line():
                          timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines()[-1] == "paper.py: error: --workloads takes logr, svm, cnn, mlp, paper-sim, got 'nope'"
-
