@@ -10,16 +10,16 @@ from tfonline.tuner.manager import Decision
 
 
 def record_decision(recorder: Recorder, state: TrainingState, manager, decision: Decision, triple, segment: int,
-                    old_phase: str, estimator_name: str | None, ended: bool = False) -> Decision:
+                    old_phase: str, estimator_name: str | None, first: str | None = None) -> Decision:
     """Records ``decision`` on ``segment`` (its ``triple``, the decision row, a new phase) and returns it.
 
-    When the job ``ended`` meanwhile, a decision to switch is recorded as not
-    applied, with the reason. A decision to stay lets the segment go on
+    When something came ``first`` (e.g. "the job ended first"), a decision to
+    switch is recorded as not applied, with that reason. A decision to stay lets the segment go on
     (:meth:`TrainingState.go_on`); a switch is then the caller's to make.
     """
     recorder.triple(triple, segment, estimator_name)
-    if ended and decision.switch:
-        decision = replace(decision, switch=False, reason="not applied, the job ended first: " + decision.reason)
+    if first and decision.switch:
+        decision = replace(decision, switch=False, reason=f"not applied, {first}: " + decision.reason)
     recorder.decision(decision, state.step, state.smoothed.value)
     if decision.gp_fit is not None:
         recorder.gp_fit(decision.gp_fit, state.step)

@@ -44,9 +44,15 @@ class Layout:
     worker_nodes: tuple[int, ...]
 
     @classmethod
-    def from_setting(cls, setting: dict[str, Any]) -> Layout:
+    def from_setting(cls, setting: dict[str, Any], pool: list[int] | None = None) -> Layout:
+        """The ps nodes first, then the workers, from the front of ``pool`` (the cluster's nodes in use; every
+        node, in order, when None)."""
         ps, workers = setting["ps"], setting["worker"]
-        return cls(tuple(range(ps)), tuple(range(ps, ps + workers)))
+        nodes = list(range(ps + workers)) if pool is None else list(pool)
+        if ps + workers > len(nodes):
+            raise ValueError(f"a setting of ps {ps} and worker {workers} needs {ps + workers} nodes; "
+                             f"{len(nodes)} are in use")
+        return cls(tuple(nodes[:ps]), tuple(nodes[ps:ps + workers]))
 
 
 @dataclass
@@ -530,9 +536,20 @@ def _sync_ops(optimizer, grads_and_vars, worker_rank: int, worker_count: int, gl
     return train_op, tf.group(*clear)
 
 
+def accumulators_of(chief: WorkerGraph, worker_count: int) -> list[tuple[Source, tf.DType]]:
+    """Every synchronous gradient accumulator a layout of ``worker_count`` workers may have made, as
+    (variable, dtype) pairs for :func:`build_release_graph`: releasing them discards a step in flight."""
+    return [(Source(_accumulator_name(var, rank), _shape(var), var.device), var.dtype.base_dtype)
+            for var in chief.model_variables for rank in range(worker_count)]
+
+
 def _accumulator(var, rank: int, dtype: tf.DType, shape: tuple[int, ...], container: str) -> tf.Tensor:
     """Worker ``rank``'s gradient accumulator of ``var`` (a handle, on ``var``'s device)."""
-    return _handle(f"{var.op.name}/sync_accumulator_{rank}", dtype, shape, var.device, container)
+    return _handle(_accumulator_name(var, rank), dtype, shape, var.device, container)
+
+
+def _accumulator_name(var, rank: int) -> str:
+    return f"{var.op.name}/sync_accumulator_{rank}"
 
 
 def _created(handle: tf.Tensor, dtype: tf.DType, shape: tuple[int, ...]) -> tf.Tensor:

@@ -39,10 +39,12 @@ class Monitor:
 
     def __init__(self, state: TrainingState, workers: Workers, switcher: Switcher, engine: Engine,
                  recorder: Recorder, progress: Progress, manager, *, estimator_name: str | None,
-                 limit_s: float | None, started: float, keeper=None, board=None):
+                 limit_s: float | None, started: float, keeper=None, board=None, recovery=None):
         self.state, self.workers, self.switcher, self.engine = state, workers, switcher, engine
         self.keeper = keeper  # a tfonline._keeper.Keeper: the periodic checkpoints
         self.board = board  # a tfonline.tensorboard.EventWriter: the live TensorBoard events
+        self.recovery = recovery  # a tfonline._recovery.Recovery: the job goes on without a lost node
+        self._lost = None  # a lost worker, until the switch without it
         self.backend, self.cluster = switcher.backend, switcher.cluster
         self.recorder, self.progress, self.manager = recorder, progress, manager
         self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
@@ -72,6 +74,10 @@ class Monitor:
                     if switch is None:
                         state.end()
                         break
+                    if self._lost is not None:  # the workers left have stopped: the node is taken out
+                        lost, self._lost = self._lost, None
+                        self.switcher.watched(lambda: self.recovery.take_out(lost, state.step, state.sync),
+                                              f"taking node {lost.node} out of the job")
                     self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
                     if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
                         with self.tuner_faults():
@@ -115,7 +121,13 @@ class Monitor:
         switch = None
         try:
             while not self._wait(0.2):
-                self._check()
+                try:
+                    self._check()
+                except NodeFailedError as e:
+                    switch = self._without(e)
+                    if switch is not None:
+                        break
+                    continue
                 if self.manager is None:
                     if workers.pause.is_set() and not state.stopped.is_set():
                         self._resume_untuned()
@@ -140,13 +152,36 @@ class Monitor:
             if state.stopped.is_set() or workers.pause.is_set():
                 workers.join()
             workers.pause.clear()
-            if switch is None and self._deciding is not None:
-                self._take_decision(ended=True)
+            if self._deciding is not None:
+                self._take_decision(first="the job ended first" if switch is None else
+                                    f"node {self._lost.node} was lost first")
         return None if state.stopped.is_set() else switch
+
+    def _without(self, error: NodeFailedError) -> Decision | None:
+        """The job goes on without the node ``error`` names (:mod:`tfonline._recovery`): the switch without a
+        lost worker (its thread is given up on, the others pause), or None (an idle node: taken out at once).
+        Raises ``error`` when the job cannot go on."""
+        if self.recovery is None:
+            raise error
+        lost = self.recovery.judge(error, self.state.setting)
+        if lost.new is None:
+            self.recovery.take_out(lost, self.state.step, self.state.sync)
+            return None
+        self._lost = lost
+        self.workers.abandon(0 if self.state.sync else lost.rank)
+        self.workers.pause.set()
+        return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
 
     def _check(self) -> None:
         """One round of the loop's chores, beside the training."""
         state = self.state
+        failure = state.take_failure()
+        if failure is not None:  # a worker's step failed: a lost node's symptom, or the job's end
+            dead = self.switcher.dead_node()
+            if dead is not None:
+                raise dead
+            state.request_stop(failure)
+            return
         self.cluster.check_alive()
         if self.limit_s is not None and time.monotonic() - self.started >= self.limit_s:
             state.request_stop(Stop("stopped", f"max_seconds ({self.limit_s:g} s) reached"))
@@ -194,7 +229,9 @@ class Monitor:
         """The tuner's next random setting, (setting, plan), when it knows one other than the current setting."""
         ahead = getattr(self.manager, "ahead", None)
         ahead = ahead() if ahead is not None else None
-        return ahead if ahead is not None and ahead[0] != self.state.setting else None
+        if ahead is None or ahead[0] == self.state.setting:
+            return None
+        return ahead if ahead[0]["ps"] + ahead[0]["worker"] <= len(self.cluster.pool) else None  # nodes were lost
 
     def _segment_complete(self) -> bool:
         state = self.state
@@ -229,12 +266,12 @@ class Monitor:
                 self.workers.pause.set()  # the workers stop at their next iteration's end
         return decision, segment, old_phase
 
-    def _take_decision(self, ended: bool = False) -> Decision | None:
+    def _take_decision(self, first: str | None = None) -> Decision | None:
         """Records the background decision; a switch is then the caller's to make.
 
-        When the job ``ended`` meanwhile, a decision to switch is recorded as
-        not applied, with the reason. None: the tuner failed, and tuning
-        stopped (:meth:`stop_tuning`).
+        When something came ``first`` (the job ended, a node was lost), a
+        decision to switch is recorded as not applied, with that reason.
+        None: the tuner failed, and tuning stopped (:meth:`stop_tuning`).
         """
         future, self._deciding = self._deciding, None
         with self.tuner_faults():
@@ -244,7 +281,7 @@ class Monitor:
         if self.manager is None:
             return None
         return record_decision(self.recorder, self.state, self.manager, decision, triple, segment, old_phase,
-                               self.estimator_name, ended)
+                               self.estimator_name, first)
 
     def _learn(self, parts: list, cost_s: float) -> None:
         """A switch's measured cost, for the tuner's cost model."""

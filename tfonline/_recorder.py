@@ -159,6 +159,12 @@ class Recorder:
             "wall_time": self.clock(),
         }, replace=True)
 
+    def node_lost(self, *, step: int, node: int, address: str, role: str, cause: str, action: str) -> None:
+        """A node the job lost, and what it did without it (:mod:`tfonline._recovery`)."""
+        self.repo.insert("node_losses", {"job_id": self.job_id, "step": step, "node": node, "address": address,
+                                         "role": role, "cause": cause, "action": action,
+                                         "wall_time": self.clock()}, replace=True)
+
     def model_dir(self, directory: str) -> None:
         self.repo.update("jobs", self.job_id, {"model_dir": directory})
 

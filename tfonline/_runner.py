@@ -34,6 +34,7 @@ from tfonline._evaluation import check_metrics, evaluates
 from tfonline._keeper import Keeper
 from tfonline._monitor import Monitor
 from tfonline._recorder import Recorder
+from tfonline._recovery import Recovery
 from tfonline._sessions import Engine
 from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
@@ -296,9 +297,11 @@ class Runner:
         self.progress = Progress(self.job, state, self.recorder, self.estimator, lambda: len(self.engine.graphs),
                                  self._t0)
         self.progress.show(self.quiet)
+        knobs = self.space.knobs if self.space is not None else knob_table(self.cluster.node_count)
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
-                       limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board)
+                       limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board,
+                       recovery=Recovery(self.engine, self.backend, self.recorder, knobs, self.space))
 
     def _node_count(self) -> int:
         arg = self.cluster_arg
@@ -346,8 +349,11 @@ class Runner:
         def reset(index: int) -> None:
             tf.compat.v1.Session.reset(self.cluster.target(index), containers)
 
-        side_by_side([lambda index=index: reset(index) for index in range(self.cluster.node_count)],
-                      f"resetting the job's containers on {self.cluster.node_count} nodes",
+        # A lost node is not reset. Each reset still waits on it: the node's master asks every node of the
+        # cluster spec to clean up (TensorFlow's Reset takes no device filters), and only the others answer.
+        pool = self.cluster.pool
+        side_by_side([lambda index=index: reset(index) for index in pool],
+                      f"resetting the job's containers on {len(pool)} nodes",
                       why="a node is gone, or nodes were restarted during the job")
 
     # -- the repository ------------------------------------------------------

@@ -8,7 +8,9 @@ job trains on now (graphs, sessions, placement) and where its input is.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from typing import Any
 
 import numpy as np
@@ -76,7 +78,7 @@ class Engine:
 
         With ``lazy_moves``, the transition graphs that create those moved variables at their first use.
         """
-        layout = _graph.Layout.from_setting(setting)
+        layout = self.layout_of(setting)
         key = (layout, tuple(placement), tuple(m.name for m in lazy_moves or ()))
         if key not in self._graphs_by_layout:
             rule, partitions = self._cut(setting["ps"])
@@ -89,13 +91,22 @@ class Engine:
             ]
         return self._graphs_by_layout[key]
 
+    def layout_of(self, setting) -> _graph.Layout:
+        """``setting``'s nodes in the cluster's pool (the nodes not lost)."""
+        return _graph.Layout.from_setting(setting, self.cluster.pool)
+
+    def nodes_of(self, setting) -> list[int]:
+        """The nodes ``setting`` uses: its ps nodes, then its workers."""
+        layout = self.layout_of(setting)
+        return list(layout.ps_nodes + layout.worker_nodes)
+
     def forget_graphs(self) -> None:
         """Drops every cached graph: the checkpoint baseline builds them anew, as a restarted job would."""
         self._graphs_by_layout.clear()
 
     def session(self, wg: _graph.WorkerGraph, setting) -> tf.compat.v1.Session:
         """A session on ``wg`` with ``setting``'s ConfigProto, seeing only the nodes it uses."""
-        nodes = set(_graph.Layout.from_setting(setting).ps_nodes) | {wg.worker_node}
+        nodes = set(self.layout_of(setting).ps_nodes) | {wg.worker_node}
         nodes |= {node_of(device) for device in wg.old_devices}
         filters = [f"/job:node/task:{n}" for n in sorted(nodes)]
         session = tf.compat.v1.Session(self.cluster.target(wg.worker_node), graph=wg.graph,
@@ -127,7 +138,7 @@ class Engine:
         they are; ``graphs`` (a switch's transition graphs) replace the
         layout's own.
         """
-        self.layout, self.placement = _graph.Layout.from_setting(setting), placement
+        self.layout, self.placement = self.layout_of(setting), placement
         self.graphs = graphs or self.graphs_for(setting, placement)
         self.sessions = prepared.sessions if prepared else [self.session(wg, setting) for wg in self.graphs]
         if carry is None:
@@ -168,8 +179,7 @@ class Engine:
 
     def restarted_by(self, new: dict[str, Any]) -> set[int]:
         """The nodes a switch to ``new`` restarts: those it uses whose thread pools change."""
-        return {node for node in range(new["ps"] + new["worker"])
-                if self.cluster.node_threads(node) != threads_of(new)}
+        return {node for node in self.nodes_of(new) if self.cluster.node_threads(node) != threads_of(new)}
 
     def read(self, variables: dict) -> dict[str, np.ndarray]:
         """The values of ``variables`` (name -> variable of the chief's graph), read by the driver."""
@@ -190,6 +200,16 @@ class Engine:
         if not workers_running:
             self.close_sessions()
 
+    def let_go(self, node: int) -> None:
+        """Stops waiting on the sessions whose master is node ``node`` (lost): each is closed in a thread of
+        its own, never waited for (a close that needs a dead node blocks for good), and forgotten."""
+        target = self.cluster.target(node).encode()
+        on_node = [s for s in self.opened if s.sess_str == target]
+        for session in on_node:
+            threading.Thread(target=_close_quietly, args=(session,), name="tfonline-let-go", daemon=True).start()
+        self.sessions, self.retired, self.opened = ([s for s in sessions if s.sess_str != target]
+                                                    for sessions in (self.sessions, self.retired, self.opened))
+
     def close_retired(self) -> None:
         retired, self.retired = self.retired, []
         close_all(retired)
@@ -202,3 +222,8 @@ class Engine:
         """Closes every session the job opened (prepared, transition, a failed switch's too)."""
         self.close_sessions()
         close_all(self.opened)
+
+
+def _close_quietly(session) -> None:
+    with contextlib.suppress(Exception):  # the node is gone: whatever the close says
+        session.close()

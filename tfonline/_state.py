@@ -89,6 +89,7 @@ class TrainingState:
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.stop: Stop | None = None
+        self.failure: Stop | None = None  # a worker's TensorFlow error, until the monitor judges it (fail)
         # Wakes the monitor loop: a stop, a decision made, or the segment's iterations all in.
         self.wake = threading.Event()
         self.setting = setting
@@ -233,6 +234,20 @@ class TrainingState:
                 self.stop = stop
         self.stopped.set()
         self.wake.set()
+
+    def fail(self, failure: Stop) -> None:
+        """A worker's step failed: the monitor judges whether a node was lost (the job goes on without it) or
+        the job stops with ``failure``; the first one is kept."""
+        with self.lock:
+            if self.failure is None:
+                self.failure = failure
+        self.wake.set()
+
+    def take_failure(self) -> Stop | None:
+        """The failure reported since the last call, if any."""
+        with self.lock:
+            failure, self.failure = self.failure, None
+            return failure
 
     # -- switches ------------------------------------------------------------
 

@@ -64,12 +64,13 @@ class Switcher:
         """Whether the switch to ``new`` happens with no global stop: each worker goes on to the new setting
         at its own next iteration boundary, while the switch is made beside it.
 
-        Asynchronous jobs only (a synchronous step is a barrier anyway), when
-        the backend can make it beside the training (:meth:`Reconfig.live`).
+        Asynchronous jobs only (a synchronous step is a barrier anyway), while
+        the workers train (not after a lost node stopped them), when the
+        backend can make it beside the training (:meth:`Reconfig.live`).
         Other switches pause the workers, each at its iteration's end, and
         resume them together.
         """
-        return not self.state.sync and self.backend.live(self.state.setting, new, how)
+        return not self.state.sync and self.workers.running and self.backend.live(self.state.setting, new, how)
 
     def switch(self, new: dict[str, Any], how: Plan, observe: bool) -> None:
         """Carries out a switch through the backend, watched (see :meth:`watched`), and publishes it; the

@@ -36,6 +36,7 @@ class Workers:
         self.sync = state.sync
         self.pause = threading.Event()  # the workers stop at their iteration's end (a switch that pauses)
         self._threads: dict[int, threading.Thread] = {}
+        self._abandoned: set[threading.Thread] = set()  # threads given up on: they touch nothing when they end
 
     @property
     def running(self) -> bool:
@@ -67,6 +68,19 @@ class Workers:
         with self.state.lock:
             self._threads.clear()
 
+    def abandon(self, rank: int) -> None:
+        """Gives up on worker ``rank``'s thread (sync: the one thread): its node is lost, and a step on a node
+        that went silent may never return. Whatever the thread does after, it records nothing; a new thread
+        takes the rank at the next :meth:`start`."""
+        with self.state.lock:
+            thread = self._threads.pop(rank, None)
+            if thread is not None:
+                self._abandoned.add(thread)
+        self.state.off(rank)
+
+    def _given_up(self) -> bool:
+        return threading.current_thread() in self._abandoned
+
     def _going(self) -> bool:
         return not (self.state.stopped.is_set() or self.pause.is_set())
 
@@ -74,18 +88,24 @@ class Workers:
         state = self.state
         try:
             loop(*args)
-        except tf.errors.OutOfRangeError:
+        except BaseException as e:
+            if not self._given_up():
+                self._failed(e)
+
+    def _failed(self, error: BaseException) -> None:
+        state = self.state
+        if isinstance(error, tf.errors.OutOfRangeError):
             message = (f"the dataset ended at step {state.step} before convergence: smoothed loss "
                        f"{state.smoothed.value:.4g} > target_loss {state.job.target_loss:g}; "
                        f"repeat it in input_fn (dataset.repeat()) or lower the target")
             state.request_stop(Stop("data_exhausted", message, DatasetExhaustedError(message)))
-        except tf.errors.OpError as e:
-            message = f"TensorFlow failed at step {state.step}: {type(e).__name__}: {essence(e.message)}"
-            state.request_stop(Stop("failed", message, TfOnlineError(message)))
-        except Stop as stop:
-            state.request_stop(stop)
-        except BaseException as e:  # a bug; fail the job, never hang it
-            state.request_stop(Stop("failed", f"{type(e).__name__}: {e}", e))
+        elif isinstance(error, tf.errors.OpError):  # the monitor tells a lost node's from the job's end
+            message = f"TensorFlow failed at step {state.step}: {type(error).__name__}: {essence(error.message)}"
+            state.fail(Stop("failed", message, TfOnlineError(message)))
+        elif isinstance(error, Stop):
+            state.request_stop(error)
+        else:  # a bug; fail the job, never hang it
+            state.request_stop(Stop("failed", f"{type(error).__name__}: {error}", error))
 
     def _async_loop(self, rank: int) -> None:
         """Worker ``rank``'s iterations, each on the steps published last: a switch reaches it at its next
@@ -103,9 +123,12 @@ class Workers:
                 step, generation = taken
                 started = time.perf_counter()
                 loss, _ = run_retrying_aborts(step)
+                if self._given_up():
+                    return
                 state.record(rank, time.perf_counter() - started, float(loss), generation)
         finally:
-            state.off(rank)
+            if not self._given_up():
+                state.off(rank)
 
     def _sync_loop(self) -> None:
         state = self.state
@@ -123,4 +146,5 @@ class Workers:
                     apply()
                     state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
             finally:
-                state.off(0)
+                if not self._given_up():
+                    state.off(0)

@@ -97,13 +97,28 @@ class NodeThreads:
 
 
 class Cluster:
-    """What the graph and the workers need of a cluster."""
+    """What the graph and the workers need of a cluster.
+
+    The *pool* is the nodes a job may use, in order: every node until one is
+    lost (:meth:`lose`). A setting's layout takes its ps nodes, then its
+    workers, from the front of the pool (:class:`tfonline._graph.Layout`).
+    """
 
     addresses: list[str]
+    lost: frozenset[int] = frozenset()
 
     @property
     def node_count(self) -> int:
         return len(self.addresses)
+
+    @property
+    def pool(self) -> list[int]:
+        """The nodes the job may use: every node but those lost."""
+        return [i for i in range(self.node_count) if i not in self.lost]
+
+    def lose(self, index: int) -> None:
+        """Takes node ``index`` out of the pool for good: it is no longer used, watched or reset."""
+        self.lost = self.lost | {index}
 
     def target(self, index: int) -> str:
         return "grpc://" + self.addresses[index]
@@ -162,7 +177,8 @@ class ExistingCluster(Cluster):
             )
 
     def check_alive(self) -> None:
-        for i, a in enumerate(self.addresses):
+        for i in self.pool:
+            a = self.addresses[i]
             if not port_answers(a, timeout_s=2.0):
                 raise NodeFailedError(f"node {i} ({a}) stopped answering during the job", i)
 
@@ -419,15 +435,26 @@ class LocalCluster(Cluster):
         """Replaces node ``index`` by a process serving its current thread pools.
 
         Everything that lived on the node (variables, queues) is lost; callers
-        move what they need first. Returns the restart's wall time in seconds.
+        move what they need first. A node lost by a job (:meth:`lose`) is back
+        in the pool. Returns the restart's wall time in seconds.
         """
         with self._lock:
             started = time.monotonic()
+            self.lost = self.lost - {index}
             self._end(self._procs[index])
             self._procs[index] = None
             # The old server may hold the port for a moment after exiting.
             self._start_nodes([index])
             return time.monotonic() - started
+
+    def lose(self, index: int) -> None:
+        """Takes node ``index`` out of the pool and stops its process, if it still runs."""
+        with self._lock:
+            super().lose(index)
+            proc, self._procs[index] = self._procs[index], None
+            if proc is not None:
+                proc.popen.kill()  # it may be hung: no grace
+            self._end(proc)
 
     @property
     def node_pids(self) -> list[int | None]:

@@ -21,7 +21,8 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
   which step, what writing one cost, the training state to resume from)
   and its metrics on held-out data; ``resumes``: each time a job was
-  resumed from a checkpoint.
+  resumed from a checkpoint; ``node_losses``: a node lost mid-job, and
+  what the job did without it.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -182,6 +183,11 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "resumes": (  # v6: a job resumed from a checkpoint, rewound to its step
         {"job_id": str, "resumed_at": float, "step": int, "checkpoint": str, "lost_steps": int, "gap_s": float},
         ("job_id", "resumed_at"),
+    ),
+    "node_losses": (  # v11: a node lost mid-job (tfonline._recovery)
+        {"job_id": str, "step": int, "node": int, "address": str, "role": str, "cause": str, "action": str,
+         "wall_time": float},
+        ("job_id", "node"),
     ),
     "gp_fits": (  # v9: the GP's hyperparameters, each time a decision fitted them (tfonline.tuner._records.GPFit)
         {"job_id": str, "step": int, "form": str, "hyperparameters": str, "cost_s": float},

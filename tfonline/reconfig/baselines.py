@@ -40,7 +40,7 @@ def restart(engine: Engine, old: dict[str, Any], new: dict[str, Any], context: S
     engine.close_sessions()
     engine.advance_input(context.batches_read())
     marks.append(("closed sessions", time.monotonic()))
-    engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
+    engine.cluster.set_threads_of({node: threads_of(new) for node in engine.nodes_of(new)})
     marks.append(("node restarts", time.monotonic()))
     steps, apply = engine.open(new, balanced_placement(engine.partitions_for(new["ps"]), new["ps"]))
     marks.append(("new graphs and sessions", time.monotonic()))
@@ -71,9 +71,8 @@ class Checkpoints:
         moved = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
         engine.close_sessions()
         engine.advance_input(context.batches_read())
-        cluster, used = engine.cluster, new["ps"] + new["worker"]
-        threads = {node: threads_of(new) if node < used else cluster.node_threads(node)
-                   for node in range(cluster.node_count)}
+        cluster, used = engine.cluster, engine.nodes_of(new)
+        threads = {node: threads_of(new) if node in used else cluster.node_threads(node) for node in cluster.pool}
         if isinstance(cluster, LocalCluster):
             cluster.restart_nodes(threads)
         else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead

@@ -106,7 +106,7 @@ def relocate(engine: Engine, prepared: Prepared, old: dict[str, Any], new: dict[
                           if name in values and name not in kept and node_of(v.device) not in restarted])
     engine.retire_sessions(context.workers_running)
     engine.advance_input(context.batches_read())
-    engine.cluster.set_threads_of({node: threads_of(new) for node in range(new["ps"] + new["worker"])})
+    engine.cluster.set_threads_of({node: threads_of(new) for node in engine.nodes_of(new)})
     marks.append((f"restarted {len(restarted)} nodes", time.monotonic()))
 
     def carry() -> None:

@@ -54,6 +54,8 @@ JSON_SCHEMA = {
     "inherited": "[{job_id, name, distance, triples, gp_fit, start}]: the earlier jobs its tuner started from, "
                  "nearest first (gp_fit: 1 for the job whose GP fit it started from; start: 1 for the job whose "
                  "last setting it started on)",
+    "node_losses": "[{step, node, address, role ('worker' | 'idle'), cause, action}]: each node the job lost and "
+                   "went on without",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -217,6 +219,8 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
                                   "order by resumed_at", (job_id,))),
         "inherited": list(repo.rows("select from_job_id as job_id, name, distance, triples, gp_fit, start "
                                     "from inheritances where job_id = ? order by distance, from_job_id", (job_id,))),
+        "node_losses": list(repo.rows("select step, node, address, role, cause, action from node_losses "
+                                      "where job_id = ? order by step", (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
@@ -274,7 +278,10 @@ def job_text(report: dict[str, Any]) -> str:
     lines.extend(_eta_lines(r))
     lines.extend(_model_lines(r))
     if r["cluster_nodes"]:
-        lines.append(f"  cluster:         {r['cluster_nodes']} nodes")
+        lost = f", {len(r['node_losses'])} lost" if r["node_losses"] else ""
+        lines.append(f"  cluster:         {r['cluster_nodes']} nodes{lost}")
+    lines.extend(f"  node lost:       at step {e['step']}: {e['cause']} (a {e['role']} node); {e['action']}"
+                 for e in r["node_losses"])
     lines.append(f"  host:            {r['host']}, TensorFlow {r['tf_version']}, Python {r['python']}")
     return "\n".join(lines)
 

@@ -216,7 +216,7 @@ class GPOptimizer:
 
     def _constraints(self) -> list[dict[str, str]] | None:
         free = self.space.free
-        n = self.space.node_count
+        n = self.space.nodes_alive
         if "ps" in free and "worker" in free:
             return [{"name": "nodes", "constraint": f"x[:,{free.index('ps')}] + x[:,{free.index('worker')}] - {n}"}]
         for name, other in (("ps", "worker"), ("worker", "ps")):
@@ -352,7 +352,7 @@ class GPOptimizer:
             seen = {setting_key(current): current}
             for o in model.observations:
                 seen.setdefault(setting_key(o.setting), o.setting)
-            known = [s for key, s in seen.items() if key != setting_key(current)]
+            known = [s for key, s in seen.items() if key != setting_key(current) and self.space.fits(s)]
             settings = [current] + suggested + known
             mean, latent, speeds = model.predict(settings)
             cov = latent + speeds
@@ -368,7 +368,7 @@ class GPOptimizer:
         return Suggestion(candidates, current_s, best_known, model.refitted)
 
     def feasible(self, grid: np.ndarray) -> np.ndarray:
-        """Which rows of encoded settings keep ps + worker within the cluster's nodes."""
+        """Which rows of encoded settings keep ps + worker within the nodes alive."""
         total = np.zeros(len(grid))
         for name in ("ps", "worker"):
             if name in self.space.free:
@@ -376,7 +376,7 @@ class GPOptimizer:
                 total += np.array([value[code] for code in grid[:, self.space.free.index(name)]], dtype=float)
             else:
                 total += self.space.values[name][0]
-        return total <= self.space.node_count
+        return total <= self.space.nodes_alive
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
     per second it costs; returns (setting or None, its switch's parts, their estimated cost).
 
     ``ahead``, the setting drawn ahead for the driver to prepare
-    (:meth:`TuningManager.ahead`), is taken if it is untried and fits.
+    (:meth:`TuningManager.ahead`), is taken if it is untried and fits the budget and the nodes alive.
     Without a budget (``left`` None), draws are uniform over the space.
     With one, ``tries`` uniform draws are made, and those whose estimated
     cost exceeds the budget left are dropped. Of the rest, the one with the
@@ -35,9 +35,11 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
         parts = switch_parts(space.knobs, current, candidate)
         return candidate, parts, costs.estimate(parts)
 
+    if ahead is not None and (ahead in tried or not space.fits(ahead)):
+        ahead = None
     if left is None:
-        return priced(ahead if ahead is not None and ahead not in tried else space.sample(rng, exclude=tried))
-    if ahead is not None and ahead not in tried and priced(ahead)[2] <= left:
+        return priced(ahead if ahead is not None else space.sample(rng, exclude=tried))
+    if ahead is not None and priced(ahead)[2] <= left:
         return priced(ahead)
     fitting = []
     for _ in range(tries):

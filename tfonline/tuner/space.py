@@ -59,6 +59,7 @@ class KnobSpace:
     def __init__(self, node_count: int, cores: int, restrict: dict[str, Any] | None = None,
                  extra_knobs: Sequence[Knob] = ()):
         self.node_count = node_count
+        self.nodes_alive = node_count  # fewer once the job lost a node (see fits)
         self.cores = cores
         self.knobs: dict[str, Knob] = dict(knob_table(node_count, cores))
         self.defaults = default_setting(node_count, cores)
@@ -122,6 +123,10 @@ class KnobSpace:
         return (all(setting.get(n) in self.values[n] for n in self.knobs)
                 and setting["ps"] + setting["worker"] <= self.node_count)
 
+    def fits(self, setting: dict[str, Any]) -> bool:
+        """Whether ``setting``'s ps + worker fit the nodes alive now: a lost node leaves fewer to propose."""
+        return setting["ps"] + setting["worker"] <= self.nodes_alive
+
     def start(self, setting: dict[str, Any]) -> dict[str, Any]:
         """The job's first setting: ``setting`` (already resolved) with the space's pins applied."""
         start = dict(self.defaults)
@@ -143,11 +148,11 @@ class KnobSpace:
         candidate = None
         for _ in range(100):
             candidate = {name: rng.choice(values) for name, values in self.values.items()}
-            if candidate["ps"] + candidate["worker"] > self.node_count:
+            if not self.fits(candidate):
                 continue
             if candidate not in seen:
                 return candidate
-        if candidate is None or candidate["ps"] + candidate["worker"] > self.node_count:
+        if candidate is None or not self.fits(candidate):
             candidate = dict(self.defaults, ps=min(self.values["ps"]), worker=min(self.values["worker"]))
             candidate.update(self.pinned)
         return candidate
