@@ -90,3 +90,16 @@ def test_a_synchronous_job_discards_the_step_in_flight_and_trains_on_exactly(who
     assert _rows(db, "select role from node_losses") == [("worker",)]
     assert len(losses["lost"]) == len(losses["whole"]) == 300
     assert losses["lost"] == losses["whole"]
+
+
+def test_an_idle_node_lost_is_left_behind_without_a_switch(whole, db_path):
+    job = TinyLogR()
+    job.target_loss = 1e-9
+    killer = _kill_after(db_path, 40, whole.node_pids[2])  # ps1 w1 uses nodes 0 and 1
+    result = job.run(db=db_path, cluster=whole, setting={"ps": 1, "worker": 1}, max_steps=300, quiet=True)
+    killer.join()
+    assert result.stop_reason == "max_steps (300) reached"
+    assert _rows(db_path, "select node, role, action from node_losses") == [
+        (2, "idle", "it was not in use; the job went on")]
+    assert _rows(db_path, "select count(*) from reconfigurations") == [(0,)]
+    assert whole.pool == [0, 1]

@@ -590,3 +590,17 @@ def test_a_random_setting_is_left_for_the_best_setting_seen_when_the_mean_says_s
         reasons.append(back.reason)
     assert any(r.startswith("leave random setting 1: the best setting seen is predicted ") for r in reasons)
     assert any(r.startswith("exploit ") for r in reasons)
+
+
+def test_after_a_node_is_lost_the_gp_proposes_only_settings_the_nodes_left_can_run():
+    """Observations at every layout; then the cluster has one node fewer: neither the GP's suggestions nor
+    the best setting seen it may go back to need more nodes than are left."""
+    space = sim.space()
+    observations = _observations(space, 12, seed=3)
+    assert max(o.setting["ps"] + o.setting["worker"] for o in observations) == space.node_count
+    space.nodes_alive = space.node_count - 1
+    current = min((o.setting for o in observations if space.fits(o.setting)),
+                  key=lambda s: (s["ps"] + s["worker"], s["ps"]))
+    suggestion = GPOptimizer(space, seed=5).suggest(observations, 0.5, current, hold=["global_jit_level"])
+    proposed = [c.setting for c in suggestion.candidates] + [suggestion.best_known.setting]
+    assert proposed and all(space.fits(s) for s in proposed)

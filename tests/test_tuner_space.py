@@ -125,3 +125,11 @@ def test_a_start_outside_the_space():
     with pytest.raises(ConfigurationError,
                        match=r"the starting setting's worker=3 is outside the tuning space \[1, 2\]"):
         space.start(resolve_setting({"worker": 3}, 4, 2))
+
+
+def test_after_a_node_is_lost_samples_fit_the_nodes_left():
+    space = KnobSpace(3, 2)
+    space.nodes_alive = 2
+    rng = random.Random(1)
+    assert {(s["ps"], s["worker"]) for s in (space.sample(rng) for _ in range(50))} == {(1, 1)}
+    assert not space.fits({"ps": 1, "worker": 2}) and space.contains({**space.defaults, "ps": 1, "worker": 2})

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import signal
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import tensorflow as tf
@@ -140,6 +141,44 @@ def close_all(sessions) -> None:
     for session, done in zip(sessions, finished):
         if not done:
             session._session = None
+
+
+class DaemonExecutor:
+    """Runs the calls submitted to it one after another, in one daemon thread: a ``ThreadPoolExecutor(1)``
+    that a call stuck for good (a TensorFlow call that needs a lost node) can neither hold up the process's
+    exit nor the calls after it: the caller gives the stuck thread up (:meth:`idle`) and makes a new one."""
+
+    def __init__(self, name: str):
+        self._calls: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, call, *args) -> Future:
+        future: Future = Future()
+        self._calls.put((future, call, args))
+        return future
+
+    def idle(self, within_s: float) -> bool:
+        """Whether every call submitted so far ends within ``within_s``."""
+        try:
+            self.submit(lambda: None).result(within_s)
+            return True
+        except TimeoutError:
+            return False
+
+    def shutdown(self, wait_s: float) -> None:
+        """Runs what was submitted, then ends; waits up to ``wait_s`` for it."""
+        self._calls.put(None)
+        self._thread.join(wait_s)
+
+    def _serve(self) -> None:
+        while (item := self._calls.get()) is not None:
+            future, call, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(call(*args))
+                except BaseException as e:
+                    future.set_exception(e)
 
 
 def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):

@@ -14,8 +14,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
+from tfonline._calls import DaemonExecutor
 from tfonline._decisions import record_decision
 from tfonline._eta import Progress
 from tfonline._recorder import Recorder
@@ -27,6 +28,11 @@ from tfonline.exceptions import NodeFailedError, TfOnlineError, essence
 from tfonline.tuner.manager import Decision, SegmentRun
 
 logger = logging.getLogger("tfonline")
+
+# At the job's end, the tuner's last call (a decision, a switch prepared ahead) may take this long.
+TUNER_WAIT_S = 30.0
+# After a node is lost, a tuner's call still running after this long waits on the node: it is given up.
+TUNER_STUCK_S = 5.0
 
 
 class Monitor:
@@ -49,7 +55,7 @@ class Monitor:
         self.recorder, self.progress, self.manager = recorder, progress, manager
         self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
         self.tuning_overhead_s: float | None = None  # the tuner's, once it stopped
-        self._tuner: ThreadPoolExecutor | None = None
+        self._tuner: DaemonExecutor | None = None
         self._deciding: Future | None = None  # the tuner's decision on the last segment, while it runs
         if manager is not None:
             state.phase = manager.phase
@@ -63,28 +69,29 @@ class Monitor:
     def train(self) -> tuple[str, str]:
         """Trains until the job stops; returns its status and reason, or raises its error."""
         state = self.state
-        with ThreadPoolExecutor(1, thread_name_prefix="tfonline-tuner") as self._tuner:
-            state.begin()
-            try:
-                while True:
-                    self._next_segment()
-                    switch = self._run_segment()
-                    if self.switcher.made is not None:  # the job ends, or the next switch comes, first
-                        self.switcher.record_cost(self._learn, ended=True)
-                    if switch is None:
-                        state.end()
-                        break
-                    if self._lost is not None:  # the workers left have stopped: the node is taken out
-                        lost, self._lost = self._lost, None
-                        self.switcher.watched(lambda: self.recovery.take_out(lost, state.step, state.sync),
-                                              f"taking node {lost.node} out of the job")
-                    self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
-                    if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
-                        with self.tuner_faults():
-                            self.manager.observe(self.switcher.observed)
-            finally:  # workers a switch left running, when it failed
-                state.stopped.set()
-                self.workers.join()
+        self._tuner = DaemonExecutor("tfonline-tuner")
+        state.begin()
+        try:
+            while True:
+                self._next_segment()
+                switch = self._run_segment()
+                if self.switcher.made is not None:  # the job ends, or the next switch comes, first
+                    self.switcher.record_cost(self._learn, ended=True)
+                if switch is None:
+                    state.end()
+                    break
+                if self._lost is not None:  # the workers left have stopped: the node is taken out
+                    lost, self._lost = self._lost, None
+                    self.switcher.watched(lambda: self.recovery.take_out(lost, state.step, state.sync),
+                                          f"taking node {lost.node} out of the job")
+                self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
+                if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
+                    with self.tuner_faults():
+                        self.manager.observe(self.switcher.observed)
+        finally:  # workers a switch left running, when it failed; the tuner's last call
+            state.stopped.set()
+            self.workers.join()
+            self._tuner.shutdown(TUNER_WAIT_S)
         stop = state.stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -170,6 +177,9 @@ class Monitor:
         self._lost = lost
         self.workers.abandon(0 if self.state.sync else lost.rank)
         self.workers.pause.set()
+        if not self._tuner.idle(TUNER_STUCK_S):  # a decision, or a switch prepared ahead, waits on the node
+            logger.warning("the tuner's call in flight waits on lost node %d: given up", lost.node)
+            self._tuner, self._deciding = DaemonExecutor("tfonline-tuner"), None
         return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
 
     def _check(self) -> None:

@@ -28,7 +28,7 @@ from dataclasses import asdict
 import tensorflow as tf
 
 from tfonline import _graph, _resume, tf_config
-from tfonline._calls import each_step, side_by_side, signals_as_interrupts, threads_of
+from tfonline._calls import CLEANUP_TIMEOUT_S, each_step, side_by_side, signals_as_interrupts, threads_of
 from tfonline._eta import Progress
 from tfonline._evaluation import check_metrics, evaluates
 from tfonline._keeper import Keeper
@@ -346,11 +346,15 @@ class Runner:
         """
         containers = [self.container]
 
-        def reset(index: int) -> None:
-            tf.compat.v1.Session.reset(self.cluster.target(index), containers)
-
         # A lost node is not reset. Each reset still waits on it: the node's master asks every node of the
         # cluster spec to clean up (TensorFlow's Reset takes no device filters), and only the others answer.
+        # The call's own deadline ends it, so that no thread is left inside TensorFlow when the process exits
+        # (one that TensorFlow's exit wakes there aborts the process: "FATAL: exception not rethrown").
+        config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(CLEANUP_TIMEOUT_S * 1000) - 500)
+
+        def reset(index: int) -> None:
+            tf.compat.v1.Session.reset(self.cluster.target(index), containers, config)
+
         pool = self.cluster.pool
         side_by_side([lambda index=index: reset(index) for index in pool],
                       f"resetting the job's containers on {len(pool)} nodes",

@@ -50,6 +50,7 @@ class Prepared:
     moves: list = field(default_factory=list)  # the variables the new placement moves, created lazily
     steady: Opened | None = None
     transition: Opened | None = None  # when variables move: the graphs that create them at their first use
+    nodes: tuple[int, ...] = ()  # the nodes it uses: a node lost since makes it stale
 
     def sessions(self) -> list:
         return [s for opened in (self.steady, self.transition) if opened for s in opened.sessions or ()]
@@ -73,7 +74,8 @@ def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepare
     driven = by_the_driver(engine, restarted)
     moves = [m for m in _graph.moves_between(engine.graphs[0], steady[0]) if logical_name(m.name)[0] not in driven]
     transition = engine.graphs_for(new, placement, moves) if moves else None
-    prepared = Prepared(dict(new), placement, moves, Opened(steady), Opened(transition) if moves else None)
+    prepared = Prepared(dict(new), placement, moves, Opened(steady), Opened(transition) if moves else None,
+                        tuple(engine.nodes_of(new)))
     if not restarted:
         for opened in (prepared.steady, prepared.transition):
             if opened is not None:

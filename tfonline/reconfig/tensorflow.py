@@ -49,9 +49,14 @@ class TensorFlowReconfig(Reconfig):
     def prepare(self, old: dict[str, Any], new: dict[str, Any], plan: Plan) -> None:
         if plan.technique in ("restart", "checkpoint", "none"):
             return
-        if self._prepared is None or self._prepared.setting != new:
+        if not self._ready_for(new):
             self.discard()
             self._prepared = odmr.prepare(self.engine, old, new)
+
+    def _ready_for(self, new: dict[str, Any]) -> bool:
+        """Whether the switch prepared is to ``new``, on the nodes ``new`` uses now."""
+        prepared = self._prepared
+        return prepared is not None and prepared.setting == new and prepared.nodes == tuple(self.engine.nodes_of(new))
 
     def discard(self) -> None:
         prepared, self._prepared = self._prepared, None
@@ -69,7 +74,7 @@ class TensorFlowReconfig(Reconfig):
             return baselines.restart(self.engine, old, new, context)
         if plan.technique == "checkpoint":
             return self._checkpoints.switch(self.engine, new, context)
-        if self._prepared is not None and self._prepared.setting != new:  # prepared for another switch
+        if self._prepared is not None and not self._ready_for(new):  # prepared for another switch
             self.discard()
         prepared, self._prepared = self._prepared, None
         if plan.sessions_only:

@@ -1,0 +1,88 @@
+"""Faults across hosts (tests/hosts.py): a worker's host crashes or loses its link mid-job, and the job goes on.
+
+Each test has hosts of its own (the fault leaves one of them useless). The
+driver runs here and finds the nodes through ``TF_CONFIG``; host 0's node is
+the parameter server, hosts 1 and 2 the workers.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+
+import pytest
+from hosts import Hosts, HostsUnavailable
+from jobs import TunedLogR
+
+from tfonline.cli import main
+
+
+def _rows(db, sql):
+    return sqlite3.connect(db).execute(sql).fetchall()
+
+
+@pytest.fixture
+def hosts(monkeypatch):
+    """Three hosts with a node each, TF_CONFIG naming them; removed after, also on failure."""
+    try:
+        made = Hosts(3).__enter__()
+    except HostsUnavailable as e:
+        pytest.skip(str(e))
+    try:
+        monkeypatch.setenv("TF_CONFIG", made.start_nodes())
+        yield made
+    finally:
+        pids = [node.pid for node in made.nodes]
+        made.close()
+        assert made.leftovers() == []
+        assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == []
+
+
+def _after(db, iterations, fault):
+    """Calls ``fault()`` from a thread once the job in ``db`` has recorded ``iterations``; returns the thread."""
+
+    def wait():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if _rows(db, "select count(*) from iterations")[0][0] >= iterations:
+                    break
+            except sqlite3.OperationalError:
+                pass  # not created yet
+            time.sleep(0.05)
+        fault()
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread
+
+
+TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 40, "min_segment_s": 0,
+          "exploration_budget": None, "resume": False}
+
+
+@pytest.mark.parametrize("fault", ["crash", "cut"])
+def test_a_tuned_job_loses_a_worker_host_and_converges_on_the_hosts_left(hosts, db_path, fault, capsys):
+    """A crash (the node killed) or a cut link (the node runs on, unreachable): detected, left behind, and the
+    tuner proposes no setting that needs three nodes after it."""
+    job = TunedLogR()
+    fail = (lambda: hosts.kill_node(2)) if fault == "crash" else (lambda: hosts.cut(2))
+    thread = _after(db_path, 150, fail)
+    result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster="TF_CONFIG", tune=True, tuning=TUNING,
+                     quiet=True)
+    thread.join()
+    assert result.status == "converged"
+    (step, node, role, cause, action), = _rows(db_path, "select step, node, role, cause, action from node_losses")
+    assert node == 2 and cause.startswith(f"node 2 ({hosts.addresses[2]}:2222) stopped answering during the job")
+    if role == "worker":  # lost under ps1 w2, unless the tuner had left host 2 idle by then
+        assert action == "the job went on as ps1 w1: TDR over the worker(s) left"
+    else:
+        assert role == "idle" and action == "it was not in use; the job went on"
+    later = [(ps, worker) for ps, worker in _rows(
+        db_path, "select json_extract(s.knobs, '$.ps'), json_extract(s.knobs, '$.worker') from segments g "
+                 f"join settings s on s.id = g.setting_id where g.start_step > {step}")]
+    assert later and all(ps + worker <= 2 for ps, worker in later)
+    assert main(["report", db_path]) == 0
+    assert f"node lost:       at step {step}: {cause} (a {role} node); {action}" in capsys.readouterr().out
