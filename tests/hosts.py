@@ -134,10 +134,6 @@ class Hosts:
                                        f"(exit code {node.poll()}): {self.logs[index].read()[-500:]}")
         return self.tf_config
 
-    def kill_node(self, index: int) -> None:
-        """Kills the node on host ``index`` (SIGKILL: no handler runs), as a crashed machine would lose it."""
-        self.nodes[index].kill()
-
     def cut(self, index: int) -> None:
         """Cuts host ``index``'s link: its node runs on and answers nobody, as a host whose network failed."""
         _ip("link", "set", self.links[index], "down")

@@ -1,4 +1,4 @@
-"""Faults across hosts (tests/hosts.py): a worker's host crashes or loses its link mid-job, and the job goes on.
+"""Faults across hosts (tests/hosts.py): a worker's host loses its link mid-job, and the job goes on.
 
 Each test has hosts of its own (the fault leaves one of them useless). The
 driver runs here and finds the nodes through ``TF_CONFIG``; host 0's node is
@@ -63,13 +63,12 @@ TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 
           "exploration_budget": None, "resume": False}
 
 
-@pytest.mark.parametrize("fault", ["crash", "cut"])
-def test_a_tuned_job_loses_a_worker_host_and_converges_on_the_hosts_left(hosts, db_path, fault, capsys):
-    """A crash (the node killed) or a cut link (the node runs on, unreachable): detected, left behind, and the
-    tuner proposes no setting that needs three nodes after it."""
+def test_a_tuned_job_loses_a_worker_host_and_converges_on_the_hosts_left(hosts, db_path, capsys):
+    """Host 2's link cut mid-job: its node runs on, unreachable, and a step waiting on it never returns. It is
+    detected, left behind, and the tuner proposes no setting that needs three nodes after it. (A node killed
+    outright is tests/test_lost_nodes.py's case.)"""
     job = TunedLogR()
-    fail = (lambda: hosts.kill_node(2)) if fault == "crash" else (lambda: hosts.cut(2))
-    thread = _after(db_path, 150, fail)
+    thread = _after(db_path, 150, lambda: hosts.cut(2))
     result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster="TF_CONFIG", tune=True, tuning=TUNING,
                      quiet=True)
     thread.join()

@@ -1,10 +1,11 @@
-"""A node lost mid-job on the shared local cluster: a worker's loss is survived, an idle node's too."""
+"""A node lost mid-job on a local cluster: a worker's loss is survived, an idle node's too."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sqlite3
+import tempfile
 import threading
 import time
 
@@ -38,39 +39,47 @@ def _kill_after(db, iterations, pid):
 
 
 @pytest.fixture
-def whole(cluster):
-    """The shared cluster, made whole again after the test (a lost node restarted, back in the pool)."""
-    yield cluster
-    for node in sorted(cluster.lost):
-        cluster.restart_node(node)
-    assert cluster.pool == [0, 1, 2]
+def whole():
+    """A cluster of 3 nodes of the test's own: not the shared one, as a lost node cannot simply be restarted in
+    place. A thread of the job that lost it stays inside TensorFlow, retrying the node, and keeps the process's
+    gRPC connection to that address in its reconnect back-off: a later job's first steps to a node restarted
+    there failed with "failed to connect to all addresses ... Connection refused"."""
+    from tfonline.cluster import LocalCluster
+
+    with LocalCluster(3) as cluster:
+        yield cluster
 
 
-@pytest.mark.parametrize("mode", ["async", "sync"])
-def test_a_lost_worker_is_left_behind_and_the_job_goes_on(whole, db_path, mode, capsys):
-    job = TinyLogR() if mode == "async" else QuadraticJob()
+def test_lost_nodes_are_left_behind_and_the_job_goes_on(capsys):
+    """Four nodes, ps1 w2: node 3 idle, then node 2, the second worker, killed mid-job."""
+    from tfonline.cluster import LocalCluster
+
+    job = TinyLogR()
     job.target_loss = 1e-9
-    killer = _kill_after(db_path, 60, whole.node_pids[2])  # ps1 w2: node 2 is the second worker
-    result = job.run(db=db_path, cluster=whole, mode=mode, setting={"ps": 1, "worker": 2}, max_steps=400,
-                     quiet=True)
-    killer.join()
-    assert result.stop_reason == "max_steps (400) reached" and result.iterations == 400
-    (step, node, role, cause, action), = _rows(db_path, "select step, node, role, cause, action from node_losses")
-    assert (node, role) == (2, "worker") and 60 <= step < 400
-    assert cause.startswith("node 2 (127.0.0.1:") and "died during the job with exit code -9" in cause
-    assert action == "the job went on as ps1 w1: TDR over the worker(s) left"
-    (moved_at, to, types), = _rows(db_path, "select r.step, s.short, r.types from reconfigurations r "
-                                            "join settings s on s.id = r.to_setting_id")
-    assert moved_at == step and to.startswith("ps1 w1") and types == "I-a"
-    after = _rows(db_path, f"select count(*), max(worker) from iterations where step > {step} "
-                           "and setting_id = (select to_setting_id from reconfigurations)")[0]
-    assert after[0] > 0 and after[1] in (0, None)  # one worker left: rank 0 (sync records no rank)
-    losses = [loss for loss, in _rows(db_path, "select loss from iterations order by step")]
-    assert all(loss == loss and abs(loss) < 1e6 for loss in losses)
-    assert whole.lost == frozenset({2}) and whole.node_pids[2] is None
-    assert main(["report", db_path]) == 0
+    with LocalCluster(4) as cluster, tempfile.TemporaryDirectory() as folder:
+        db_path = os.path.join(folder, "runs.db")
+        pids = cluster.node_pids
+        killers = [_kill_after(db_path, 40, pids[3]), _kill_after(db_path, 120, pids[2])]
+        result = job.run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2}, max_steps=500, quiet=True)
+        for killer in killers:
+            killer.join()
+        assert result.stop_reason == "max_steps (500) reached" and result.iterations == 500
+        assert cluster.lost == frozenset({2, 3}) and cluster.node_pids[2:] == [None, None]
+        (idle_at, idle, idle_action), = _rows(db_path, "select step, role, action from node_losses where node = 3")
+        (step, node, role, cause, action), = _rows(
+            db_path, "select step, node, role, cause, action from node_losses where node = 2")
+        assert (idle, idle_action) == ("idle", "it was not in use; the job went on") and 40 <= idle_at < step
+        assert (node, role) == (2, "worker") and 120 <= step < 500
+        assert cause.startswith("node 2 (127.0.0.1:") and "died during the job with exit code -9" in cause
+        assert action == "the job went on as ps1 w1: TDR over the worker(s) left"
+        (moved_at, to, types), = _rows(db_path, "select r.step, s.short, r.types from reconfigurations r "
+                                                "join settings s on s.id = r.to_setting_id")
+        assert moved_at == step and to.startswith("ps1 w1") and types == "I-a"  # the idle node's loss: no switch
+        after = _rows(db_path, f"select count(*), max(worker) from iterations where step > {step}")[0]
+        assert after == (500 - step, 0)  # one worker left, rank 0
+        assert main(["report", db_path]) == 0
     out = capsys.readouterr().out
-    assert "cluster:         3 nodes, 1 lost" in out
+    assert "cluster:         4 nodes, 2 lost" in out
     assert f"node lost:       at step {step}: {cause} (a worker node); {action}" in out
 
 
@@ -90,16 +99,3 @@ def test_a_synchronous_job_discards_the_step_in_flight_and_trains_on_exactly(who
     assert _rows(db, "select role from node_losses") == [("worker",)]
     assert len(losses["lost"]) == len(losses["whole"]) == 300
     assert losses["lost"] == losses["whole"]
-
-
-def test_an_idle_node_lost_is_left_behind_without_a_switch(whole, db_path):
-    job = TinyLogR()
-    job.target_loss = 1e-9
-    killer = _kill_after(db_path, 40, whole.node_pids[2])  # ps1 w1 uses nodes 0 and 1
-    result = job.run(db=db_path, cluster=whole, setting={"ps": 1, "worker": 1}, max_steps=300, quiet=True)
-    killer.join()
-    assert result.stop_reason == "max_steps (300) reached"
-    assert _rows(db_path, "select node, role, action from node_losses") == [
-        (2, "idle", "it was not in use; the job went on")]
-    assert _rows(db_path, "select count(*) from reconfigurations") == [(0,)]
-    assert whole.pool == [0, 1]
