@@ -60,23 +60,23 @@ def test_lost_nodes_are_left_behind_and_the_job_goes_on(capsys):
         db_path = os.path.join(folder, "runs.db")
         pids = cluster.node_pids
         killers = [_kill_after(db_path, 40, pids[3]), _kill_after(db_path, 120, pids[2])]
-        result = job.run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2}, max_steps=500, quiet=True)
+        result = job.run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2}, max_steps=400, quiet=True)
         for killer in killers:
             killer.join()
-        assert result.stop_reason == "max_steps (500) reached" and result.iterations == 500
+        assert result.stop_reason == "max_steps (400) reached" and result.iterations == 400
         assert cluster.lost == frozenset({2, 3}) and cluster.node_pids[2:] == [None, None]
         (idle_at, idle, idle_action), = _rows(db_path, "select step, role, action from node_losses where node = 3")
         (step, node, role, cause, action), = _rows(
             db_path, "select step, node, role, cause, action from node_losses where node = 2")
         assert (idle, idle_action) == ("idle", "it was not in use; the job went on") and 40 <= idle_at < step
-        assert (node, role) == (2, "worker") and 120 <= step < 500
+        assert (node, role) == (2, "worker") and 120 <= step < 400
         assert cause.startswith("node 2 (127.0.0.1:") and "died during the job with exit code -9" in cause
         assert action == "the job went on as ps1 w1: TDR over the worker(s) left"
         (moved_at, to, types), = _rows(db_path, "select r.step, s.short, r.types from reconfigurations r "
                                                 "join settings s on s.id = r.to_setting_id")
         assert moved_at == step and to.startswith("ps1 w1") and types == "I-a"  # the idle node's loss: no switch
         after = _rows(db_path, f"select count(*), max(worker) from iterations where step > {step}")[0]
-        assert after == (500 - step, 0)  # one worker left, rank 0
+        assert after == (400 - step, 0)  # one worker left, rank 0
         assert main(["report", db_path]) == 0
     out = capsys.readouterr().out
     assert "cluster:         4 nodes, 2 lost" in out
@@ -91,11 +91,11 @@ def test_a_synchronous_job_discards_the_step_in_flight_and_trains_on_exactly(who
     for name in ("whole", "lost"):
         db = str(tmp_path / f"{name}.db")
         if name == "lost":
-            killer = _kill_after(db, 80, whole.node_pids[2])
-        QuadraticJob().run(db=db, cluster=whole, mode="sync", setting={"ps": 1, "worker": 2}, max_steps=300,
+            killer = _kill_after(db, 60, whole.node_pids[2])
+        QuadraticJob().run(db=db, cluster=whole, mode="sync", setting={"ps": 1, "worker": 2}, max_steps=200,
                            quiet=True)
         losses[name] = [loss for loss, in _rows(db, "select loss from iterations order by step")]
     killer.join()
     assert _rows(db, "select role from node_losses") == [("worker",)]
-    assert len(losses["lost"]) == len(losses["whole"]) == 300
+    assert len(losses["lost"]) == len(losses["whole"]) == 200
     assert losses["lost"] == losses["whole"]

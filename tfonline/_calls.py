@@ -14,7 +14,7 @@ import queue
 import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 import tensorflow as tf
@@ -118,14 +118,31 @@ def until_reachable(call, grace_s: float = UNAVAILABLE_GRACE_S) -> None:
 
 
 def for_each(call, items) -> None:
-    """``call(item)`` for every item, side by side in threads; the first error is raised after all end."""
+    """``call(item)`` for every item, side by side in daemon threads; the first error is raised after all end.
+
+    Daemon threads, not a ``ThreadPoolExecutor``: the interpreter joins an executor's threads at exit, and a
+    call stuck on a node that went silent (a cut link) would keep the process from ever exiting."""
     items = list(items)
     if len(items) == 1:
         call(items[0])
         return
-    with ThreadPoolExecutor(len(items), thread_name_prefix="tfonline-each") as pool:
-        for future in [pool.submit(call, item) for item in items]:
-            future.result()
+    errors: list[BaseException | None] = [None] * len(items)
+
+    def run(index: int, item) -> None:
+        try:
+            call(item)
+        except BaseException as e:  # raised in the caller's thread, below
+            errors[index] = e
+
+    threads = [threading.Thread(target=run, args=(i, item), name="tfonline-each", daemon=True)
+               for i, item in enumerate(items)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    first = next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
 
 
 def close_all(sessions) -> None:

@@ -78,6 +78,9 @@ class Monitor:
                 if self.switcher.made is not None:  # the job ends, or the next switch comes, first
                     self.switcher.record_cost(self._learn, ended=True)
                 if switch is None:
+                    if self._lost is not None:  # the job ended while it stopped its workers to leave the node
+                        self.recovery.ended(self._lost, state.step)
+                        self._lost = None
                     state.end()
                     break
                 if self._lost is not None:  # the workers left have stopped: the node is taken out

@@ -98,6 +98,14 @@ class Recovery:
         self.recorder.node_lost(step=step, node=lost.node, address=cluster.addresses[lost.node], role=lost.role,
                                 cause=lost.cause, action=lost.action)
 
+    def ended(self, lost: Lost, step: int) -> None:
+        """Records ``lost``'s node, lost as the job ended (it stopped before the switch without the node)."""
+        cluster = self.engine.cluster
+        cluster.lose(lost.node)
+        self.engine.let_go(lost.node)
+        self.recorder.node_lost(step=step, node=lost.node, address=cluster.addresses[lost.node], role=lost.role,
+                                cause=lost.cause, action="the job ended first")
+
     def _discard_step(self, lost: Lost) -> None:
         """Releases every gradient accumulator of the old layout, from a surviving worker's node."""
         engine = self.engine

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 
 import tensorflow as tf
 
-from tfonline._calls import essence, run_retrying_aborts
+from tfonline._calls import DaemonExecutor, essence, run_retrying_aborts
 from tfonline._state import Stop, TrainingState
 from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
 
@@ -131,20 +131,26 @@ class Workers:
                 state.off(rank)
 
     def _sync_loop(self) -> None:
+        """Every worker's step side by side, each in a daemon thread of its own (a step stuck on a node that
+        went silent must not keep the process from exiting, as an executor's thread would), then the apply."""
         state = self.state
-        with ThreadPoolExecutor(len(state.steps), thread_name_prefix="tfonline-sync-worker") as pool:
-            try:
-                while self._going():
-                    taken = state.sync_steps()
-                    if taken is None:  # held at a scheduled switch's step, until the switch pauses it
-                        time.sleep(0.002)
-                        continue
-                    steps, apply, generation = taken
-                    started = time.perf_counter()
-                    futures = [pool.submit(step) for step in steps]
-                    losses = [float(f.result()[0]) for f in futures]
-                    apply()
-                    state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
-            finally:
-                if not self._given_up():
-                    state.off(0)
+        pool: list[DaemonExecutor] = []
+        try:
+            while self._going():
+                taken = state.sync_steps()
+                if taken is None:  # held at a scheduled switch's step, until the switch pauses it
+                    time.sleep(0.002)
+                    continue
+                steps, apply, generation = taken
+                started = time.perf_counter()
+                pool += [DaemonExecutor("tfonline-sync-worker") for _ in range(len(steps) - len(pool))]
+                futures = [worker.submit(step) for worker, step in zip(pool, steps)]
+                wait(futures)  # every step ends (a survivor's accumulation too) before an error is raised
+                losses = [float(f.result()[0]) for f in futures]
+                apply()
+                state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
+        finally:
+            for worker in pool:
+                worker.shutdown(0.0)
+            if not self._given_up():
+                state.off(0)
