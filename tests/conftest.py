@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
@@ -97,3 +100,25 @@ def node_processes(parent: int | None = None) -> set[int]:
         return False
 
     return {pid for pid in live if descends(pid)}
+
+
+def after_iterations(db, n, then, timeout_s=120):
+    """Calls ``then()`` from a thread once the job in ``db`` has recorded ``n`` iterations; returns the thread
+    and a list that gets the time it was called."""
+    called = []
+
+    def wait():
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if sqlite3.connect(db).execute("select count(*) from iterations").fetchone()[0] >= n:
+                    called.append(time.monotonic())
+                    then()
+                    return
+            except sqlite3.OperationalError:
+                pass  # not created yet
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    return thread, called

@@ -8,12 +8,11 @@ import os
 import re
 import signal
 import sqlite3
-import threading
 import time
 
 import numpy as np
 import pytest
-from conftest import node_processes
+from conftest import after_iterations, node_processes
 from jobs import SlowerLogR, TinyLogR, TunedLogR
 from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
 
@@ -27,28 +26,6 @@ TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 
 
 def _rows(db, sql):
     return sqlite3.connect(db).execute(sql).fetchall()
-
-
-def _after_iterations(db, n, then, timeout_s=120):
-    """Calls ``then()`` from a thread once the job in ``db`` has recorded ``n`` iterations; returns the thread
-    and a list that gets the time it was called."""
-    called = []
-
-    def wait():
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                if _rows(db, "select count(*) from iterations")[0][0] >= n:
-                    called.append(time.monotonic())
-                    then()
-                    return
-            except sqlite3.OperationalError:
-                pass  # not created yet
-            time.sleep(0.1)
-
-    thread = threading.Thread(target=wait, daemon=True)
-    thread.start()
-    return thread, called
 
 
 def test_a_tuner_that_raises_stops_tuning_and_the_job_goes_on(cluster, db_path, monkeypatch, capsys):
@@ -133,7 +110,7 @@ def test_a_stopped_node_is_detected_named_and_killed(db_path):
     job.target_loss = 1e-6  # never reached
     with LocalCluster(2, heartbeat_timeout_s=2.0) as c:
         pids = list(c.node_pids)
-        thread, stopped_at = _after_iterations(db_path, 20, lambda: os.kill(pids[0], signal.SIGSTOP))
+        thread, stopped_at = after_iterations(db_path, 20, lambda: os.kill(pids[0], signal.SIGSTOP))
         with pytest.raises(NodeFailedError, match=rf"node 0 \(127\.0\.0\.1:\d+\) \(pid {pids[0]}\) stopped answering: "
                                                   r"no heartbeat for \d+ s \(stopped or hung\); it was killed"):
             job.run(db=db_path, cluster=c, quiet=True, max_seconds=120)
@@ -150,7 +127,7 @@ def test_a_dead_fork_server_fails_the_job_naming_it_and_leaves_no_node(db_path):
     job.target_loss = 1e-6
     with LocalCluster(2) as c:
         nodes, server = list(c.node_pids), c.fork_server_pid
-        thread, _ = _after_iterations(db_path, 20, lambda: os.kill(server, signal.SIGKILL))
+        thread, _ = after_iterations(db_path, 20, lambda: os.kill(server, signal.SIGKILL))
         with pytest.raises(NodeFailedError, match=rf"the fork server \(pid {server}\) died with exit code -9; "
                                                   r"log: .*; node restarts are no longer possible"):
             job.run(db=db_path, cluster=c, quiet=True, max_seconds=120)

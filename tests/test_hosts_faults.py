@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
-import time
 
 import pytest
+from conftest import after_iterations
 from hosts import Hosts, HostsUnavailable
 from jobs import TunedLogR
 
@@ -40,25 +39,6 @@ def hosts(monkeypatch):
         assert [pid for pid in pids if os.path.exists(f"/proc/{pid}")] == []
 
 
-def _after(db, iterations, fault):
-    """Calls ``fault()`` from a thread once the job in ``db`` has recorded ``iterations``; returns the thread."""
-
-    def wait():
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if _rows(db, "select count(*) from iterations")[0][0] >= iterations:
-                    break
-            except sqlite3.OperationalError:
-                pass  # not created yet
-            time.sleep(0.05)
-        fault()
-
-    thread = threading.Thread(target=wait, daemon=True)
-    thread.start()
-    return thread
-
-
 # Segments of at least 6 s: the first decision comes after the cut has been dealt with (a node lost during a
 # switch fails the job: the switch may have left variables half-moved).
 TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 40, "min_segment_s": 6,
@@ -70,17 +50,14 @@ def test_a_tuned_job_loses_a_worker_host_and_converges_on_the_hosts_left(hosts, 
     detected, left behind, and the tuner proposes no setting that needs three nodes after it. (A node killed
     outright is tests/test_lost_nodes.py's case.)"""
     job = TunedLogR()
-    thread = _after(db_path, 50, lambda: hosts.cut(2))
+    thread, _ = after_iterations(db_path, 50, lambda: hosts.cut(2))
     result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster="TF_CONFIG", tune=True, tuning=TUNING,
                      quiet=True)
     thread.join()
     assert result.status == "converged"
     (step, node, role, cause, action), = _rows(db_path, "select step, node, role, cause, action from node_losses")
     assert node == 2 and cause.startswith(f"node 2 ({hosts.addresses[2]}:2222) stopped answering during the job")
-    if role == "worker":  # lost under ps1 w2, unless the tuner had left host 2 idle by then
-        assert action == "the job went on as ps1 w1: TDR over the worker(s) left"
-    else:
-        assert role == "idle" and action == "it was not in use; the job went on"
+    assert role == "worker" and action == "the job went on as ps1 w1: TDR over the worker(s) left"
     later = [(ps, worker) for ps, worker in _rows(
         db_path, "select json_extract(s.knobs, '$.ps'), json_extract(s.knobs, '$.worker') from segments g "
                  f"join settings s on s.id = g.setting_id where g.start_step > {step}")]

@@ -6,10 +6,9 @@ import os
 import signal
 import sqlite3
 import tempfile
-import threading
-import time
 
 import pytest
+from conftest import after_iterations
 from jobs import QuadraticJob, TinyLogR
 
 from tfonline.cli import main
@@ -17,25 +16,6 @@ from tfonline.cli import main
 
 def _rows(db, sql):
     return sqlite3.connect(db).execute(sql).fetchall()
-
-
-def _kill_after(db, iterations, pid):
-    """Kills ``pid`` from a thread once the job in ``db`` has recorded ``iterations``; returns the thread."""
-
-    def wait_and_kill():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if _rows(db, "select count(*) from iterations")[0][0] >= iterations:
-                    break
-            except sqlite3.OperationalError:
-                pass  # not created yet
-            time.sleep(0.05)
-        os.kill(pid, signal.SIGKILL)
-
-    thread = threading.Thread(target=wait_and_kill, daemon=True)
-    thread.start()
-    return thread
 
 
 @pytest.fixture
@@ -59,7 +39,8 @@ def test_lost_nodes_are_left_behind_and_the_job_goes_on(capsys):
     with LocalCluster(4) as cluster, tempfile.TemporaryDirectory() as folder:
         db_path = os.path.join(folder, "runs.db")
         pids = cluster.node_pids
-        killers = [_kill_after(db_path, 40, pids[3]), _kill_after(db_path, 120, pids[2])]
+        killers = [after_iterations(db_path, 40, lambda: os.kill(pids[3], signal.SIGKILL))[0],
+                   after_iterations(db_path, 120, lambda: os.kill(pids[2], signal.SIGKILL))[0]]
         result = job.run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2}, max_steps=400, quiet=True)
         for killer in killers:
             killer.join()
@@ -91,7 +72,7 @@ def test_a_synchronous_job_discards_the_step_in_flight_and_trains_on_exactly(who
     for name in ("whole", "lost"):
         db = str(tmp_path / f"{name}.db")
         if name == "lost":
-            killer = _kill_after(db, 60, whole.node_pids[2])
+            killer, _ = after_iterations(db, 60, lambda victim=whole.node_pids[2]: os.kill(victim, signal.SIGKILL))
         QuadraticJob().run(db=db, cluster=whole, mode="sync", setting={"ps": 1, "worker": 2}, max_steps=200,
                            quiet=True)
         losses[name] = [loss for loss, in _rows(db, "select loss from iterations order by step")]

@@ -242,9 +242,7 @@ class Monitor:
         """The tuner's next random setting, (setting, plan), when it knows one other than the current setting."""
         ahead = getattr(self.manager, "ahead", None)
         ahead = ahead() if ahead is not None else None
-        if ahead is None or ahead[0] == self.state.setting:
-            return None
-        return ahead if ahead[0]["ps"] + ahead[0]["worker"] <= len(self.cluster.pool) else None  # nodes were lost
+        return ahead if ahead is not None and ahead[0] != self.state.setting else None
 
     def _segment_complete(self) -> bool:
         state = self.state

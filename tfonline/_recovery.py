@@ -84,27 +84,27 @@ class Recovery:
         """Takes ``lost``'s node out of the pool and records it; for a worker, once the other workers have
         stopped: the switch prepared ahead (for the old pool) is dropped, and a synchronous step in flight is
         discarded."""
+        self._leave(lost, step, lost.action)
+        if lost.new is not None:
+            self.backend.discard()
+            if sync:
+                self._discard_step(lost)
+
+    def ended(self, lost: Lost, step: int) -> None:
+        """Records ``lost``'s node, lost as the job ended (it stopped before the switch without the node)."""
+        self._leave(lost, step, "the job ended first")
+
+    def _leave(self, lost: Lost, step: int, action: str) -> None:
+        """Takes the node out of the pool (the tuner's space too) and records it."""
         cluster = self.engine.cluster
         cluster.lose(lost.node)
         self.engine.let_go(lost.node)
         if self.space is not None:
             self.space.nodes_alive = len(cluster.pool)
-        if lost.new is not None:
-            self.backend.discard()
-            if sync:
-                self._discard_step(lost)
-        logger.warning("node %d (%s) lost at step %d: %s; %s", lost.node, cluster.addresses[lost.node], step,
-                       lost.cause, lost.action)
-        self.recorder.node_lost(step=step, node=lost.node, address=cluster.addresses[lost.node], role=lost.role,
-                                cause=lost.cause, action=lost.action)
-
-    def ended(self, lost: Lost, step: int) -> None:
-        """Records ``lost``'s node, lost as the job ended (it stopped before the switch without the node)."""
-        cluster = self.engine.cluster
-        cluster.lose(lost.node)
-        self.engine.let_go(lost.node)
-        self.recorder.node_lost(step=step, node=lost.node, address=cluster.addresses[lost.node], role=lost.role,
-                                cause=lost.cause, action="the job ended first")
+        address = cluster.addresses[lost.node]
+        logger.warning("node %d (%s) lost at step %d: %s; %s", lost.node, address, step, lost.cause, action)
+        self.recorder.node_lost(step=step, node=lost.node, address=address, role=lost.role, cause=lost.cause,
+                                action=action)
 
     def _discard_step(self, lost: Lost) -> None:
         """Releases every gradient accumulator of the old layout, from a surviving worker's node."""

@@ -380,7 +380,7 @@ class TuningManager:
         while the current segment runs (None outside the random phase)."""
         if self.phase != "random" or self.random_done >= self.random_settings:
             return None
-        if self._ahead is None:
+        if self._ahead is None or not self.space.fits(self._ahead):  # none yet, or drawn before a node was lost
             tried = [t.setting for t in self.triples] + [self.current]
             self._ahead = self.space.sample(self.rng, exclude=tried)
         return dict(self._ahead), plan(self.space.knobs, self.current, self._ahead, self.technique)
