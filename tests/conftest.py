@@ -102,16 +102,16 @@ def node_processes(parent: int | None = None) -> set[int]:
     return {pid for pid in live if descends(pid)}
 
 
-def after_iterations(db, n, then, timeout_s=120):
-    """Calls ``then()`` from a thread once the job in ``db`` has recorded ``n`` iterations; returns the thread
-    and a list that gets the time it was called."""
+def after_iterations(db, n, then, timeout_s=120, count="select count(*) from iterations"):
+    """Calls ``then()`` from a thread once the job in ``db`` has recorded ``n`` iterations (or ``n`` of what the
+    query ``count`` counts); returns the thread and a list that gets the time it was called."""
     called = []
 
     def wait():
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
-                if sqlite3.connect(db).execute("select count(*) from iterations").fetchone()[0] >= n:
+                if sqlite3.connect(db).execute(count).fetchone()[0] >= n:
                     called.append(time.monotonic())
                     then()
                     return

@@ -112,7 +112,8 @@ def test_a_stopped_node_is_detected_named_and_killed(db_path):
         pids = list(c.node_pids)
         thread, stopped_at = after_iterations(db_path, 20, lambda: os.kill(pids[0], signal.SIGSTOP))
         with pytest.raises(NodeFailedError, match=rf"node 0 \(127\.0\.0\.1:\d+\) \(pid {pids[0]}\) stopped answering: "
-                                                  r"no heartbeat for \d+ s \(stopped or hung\); it was killed"):
+                                                  r"no heartbeat for \d+ s \(stopped or hung\); it was killed; "
+                                                  r"no node is left for both a ps and a worker$"):
             job.run(db=db_path, cluster=c, quiet=True, max_seconds=120)
         detected_after_s = time.monotonic() - stopped_at[0]
         thread.join()

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import tensorflow as tf
+from conftest import after_iterations
 from jobs import TinyLogR
 
 from tfonline._runner import Runner
@@ -97,32 +98,22 @@ def test_dataset_that_ends_before_convergence(cluster, db_path):
     assert _rows(db_path, "select count(*) from iterations")[0][0] <= 12
 
 
-def test_node_that_dies_mid_job_fails_the_job_naming_it(cluster, db_path):
+def test_a_node_whose_loss_leaves_no_worker_fails_the_job_naming_it(cluster, db_path):
+    """ps2 w1 on the three nodes: node 2 is the only worker. Its loss leaves no worker to train on (a lost
+    worker with another left, or a lost ps node, is survived: tests/test_lost_nodes.py)."""
     job = TinyLogR()
     job.target_loss = 1e-6
-    victim = cluster.served[0]["pid"]
-
-    def kill_when_training():
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if _rows(db_path, "select count(*) from iterations")[0][0] >= 20:
-                    break
-            except sqlite3.OperationalError:
-                pass
-            time.sleep(0.1)
-        os.kill(victim, signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_when_training)
-    killer.start()
+    victim = cluster.served[2]["pid"]
+    killer, _ = after_iterations(db_path, 20, lambda: os.kill(victim, signal.SIGKILL))
     try:
-        with pytest.raises(NodeFailedError, match=r"node 0 \(127.0.0.1:\d+\) died during the job with exit code -9"):
-            job.run(db=db_path, cluster=cluster, quiet=True)
+        with pytest.raises(NodeFailedError, match=r"^node 2 \(127.0.0.1:\d+\) died during the job with exit code -9; "
+                                                  r"it was the job's only worker$"):
+            job.run(db=db_path, cluster=cluster, setting={"ps": 2, "worker": 1}, quiet=True)
     finally:
         killer.join()
-        cluster.restart_node(0)  # leave the shared cluster whole
+        cluster.restart_node(2)  # leave the shared cluster whole
     (status, reason), = _rows(db_path, "select status, stop_reason from jobs")
-    assert status == "failed" and "node 0" in reason
+    assert status == "failed" and reason.endswith("it was the job's only worker")
     assert _rows(db_path, "pragma integrity_check") == [("ok",)]
 
 

@@ -160,6 +160,37 @@ def close_all(sessions) -> None:
             session._session = None
 
 
+def reset_node(address: str, containers: list[str], node: int, timeout_s: float) -> None:
+    """Drops ``containers`` from node ``node`` (at ``address``), through the node's own master: what
+    ``tf.compat.v1.Session.reset`` does, for that node alone.
+
+    ``Session.reset`` cannot name the nodes: TensorFlow's ``GrpcSession::Reset``
+    leaves the request's device filters empty, so the master asks every node
+    of the cluster spec to clean up, a lost one too. It waits for that one
+    for good, inside the master service's request thread, and the node then
+    serves no master request at all: a later job's first session there hung.
+    This sends the same request (TensorFlow's ``ResetRequest``: the
+    containers, field 1, and device filters, field 2) with the node's own
+    device filter, through grpcio (a dependency of TensorFlow's).
+    """
+    import grpc
+
+    request = b"".join(_text_field(1, c) for c in containers) + _text_field(2, f"/job:node/task:{node}")
+    with grpc.insecure_channel(address) as channel:
+        channel.unary_unary("/tensorflow.MasterService/Reset")(request, timeout=timeout_s)
+
+
+def _text_field(number: int, text: str) -> bytes:
+    """A protocol buffer string field: its key (wire type 2), its length as a varint, its bytes."""
+    data, length = text.encode(), b""
+    size = len(data)
+    while True:
+        size, low = size >> 7, size & 0x7F
+        length += bytes([low | (0x80 if size else 0)])
+        if not size:
+            return bytes([number << 3 | 2]) + length + data
+
+
 class DaemonExecutor:
     """Runs the calls submitted to it one after another, in one daemon thread: a ``ThreadPoolExecutor(1)``
     that a call stuck for good (a TensorFlow call that needs a lost node) can neither hold up the process's

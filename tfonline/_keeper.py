@@ -16,6 +16,9 @@ from tfonline.exceptions import essence
 
 logger = logging.getLogger("tfonline")
 
+# A synchronous job's checkpoint waits this long for the step under way to end (else it is tried a period later).
+GATE_WAIT_S = 10.0
+
 
 class Keeper:
     """Writes ``engine``'s parameters as checkpoints into ``model_dir`` and evaluates them on the cluster.
@@ -34,6 +37,7 @@ class Keeper:
         self.started, self.every_s = started, every_s
         self.writer = CheckpointWriter(model_dir, keep, adopt=resumed)
         self.latest: str | None = None
+        self.latest_saved: dict | None = None  # the training state at the latest checkpoint (TrainingState.saved)
         self.metrics: dict[str, float] | None = None
         self._eval_graphs: dict[tuple, tuple] = {}
         self._next = time.monotonic() + every_s if every_s is not None else None
@@ -45,20 +49,28 @@ class Keeper:
     def save(self, kind: str) -> str:
         """Reads every variable from the ps nodes (through the chief worker's session) and writes them, while
         the workers train on: an asynchronous job's checkpoint is as consistent as its training (each
-        variable as one read of it found it), its step the one reached when the read began."""
+        variable as one read of it found it), its step the one reached when the read began. A synchronous
+        job's is read between two of its steps: exactly the parameters of the step it records."""
         started = time.monotonic()
-        saved = self.state.saved()
-        saved["input_position"] = self.engine.input_position + saved.pop("read")
-        saved["elapsed_s"] = started - self.started
-        chief, session = self.engine.graphs[0], self.engine.sessions[0]
-        if chief.ensure_op is not None:  # a switch's transition graph: moved variables exist once it ran
-            session.run(chief.ensure_op)
-        values = session.run(chief.variables)
+        gate = self.state.step_gate if self.state.sync else None
+        if gate is not None and not gate.acquire(timeout=GATE_WAIT_S):
+            raise TimeoutError(f"the synchronous step under way did not end within {GATE_WAIT_S:g} s")
+        try:  # a synchronous job's between two steps: its parameters are exactly those of the step it records
+            saved = self.state.saved()
+            saved["input_position"] = self.engine.input_position + saved.pop("read")
+            saved["elapsed_s"] = started - self.started
+            chief, session = self.engine.graphs[0], self.engine.sessions[0]
+            if chief.ensure_op is not None:  # a switch's transition graph: moved variables exist once it ran
+                session.run(chief.ensure_op)
+            values = session.run(chief.variables)
+        finally:
+            if gate is not None:
+                gate.release()
         # The step the repository counts, which names the file: an asynchronous job's global step also counts
         # the few steps still running when it was read (and those that ran while the read went on).
         values[GLOBAL_STEP_NAME] = np.int64(saved["step"])
         path = self.writer.write(values, saved["step"])
-        self.latest = path
+        self.latest, self.latest_saved = path, saved
         self.recorder.checkpoint(step=saved["step"], path=path, kind=kind, cost_s=time.monotonic() - started,
                                  saved=saved)
         if self.every_s is not None:

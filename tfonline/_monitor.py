@@ -85,8 +85,9 @@ class Monitor:
                     break
                 if self._lost is not None:  # the workers left have stopped: the node is taken out
                     lost, self._lost = self._lost, None
-                    self.switcher.watched(lambda: self.recovery.take_out(lost, state.step, state.sync),
-                                          f"taking node {lost.node} out of the job")
+                    self._recover(lost)
+                    if lost.back is not None:
+                        continue
                 self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
                 if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
                     with self.tuner_faults():
@@ -169,21 +170,38 @@ class Monitor:
 
     def _without(self, error: NodeFailedError) -> Decision | None:
         """The job goes on without the node ``error`` names (:mod:`tfonline._recovery`): the switch without a
-        lost worker (its thread is given up on, the others pause), or None (an idle node: taken out at once).
-        Raises ``error`` when the job cannot go on."""
+        lost worker (its thread is given up on, the others pause) or ps node (every worker's thread is given
+        up on), or None (an idle node: taken out at once). Raises ``error`` when the job cannot go on."""
         if self.recovery is None:
             raise error
-        lost = self.recovery.judge(error, self.state.setting)
+        state = self.state
+        lost = self.recovery.judge(error, state.setting)
         if lost.new is None:
-            self.recovery.take_out(lost, self.state.step, self.state.sync)
+            self.recovery.take_out(lost, state.step, state.sync)
             return None
         self._lost = lost
-        self.workers.abandon(0 if self.state.sync else lost.rank)
+        given_up = [0] if state.sync else range(len(state.steps)) if lost.role == "ps" else [lost.rank]
+        for rank in given_up:
+            self.workers.abandon(rank)
         self.workers.pause.set()
+        state.take_failure()  # a worker's step that failed on the lost node, before its thread was given up
         if not self._tuner.idle(TUNER_STUCK_S):  # a decision, or a switch prepared ahead, waits on the node
             logger.warning("the tuner's call in flight waits on lost node %d: given up", lost.node)
             self._tuner, self._deciding = DaemonExecutor("tfonline-tuner"), None
         return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
+
+    def _recover(self, lost) -> None:
+        """Takes the lost worker or ps node out of the job (its workers stopped); after a ps node, the job goes
+        back to its latest checkpoint. The tuner is told the setting the job runs on after."""
+        state = self.state
+        self.switcher.watched(lambda: self.recovery.take_out(lost, state.step, state.sync),
+                              f"taking node {lost.node} out of the job")
+        if lost.back is not None:
+            self.switcher.watched(lambda: self.recovery.go_back(lost, state, self.workers.start_locked),
+                                  f"going back to step {lost.back.step} without node {lost.node}")
+        if self.manager is not None:
+            with self.tuner_faults():
+                self.manager.moved_to(lost.new, None if lost.back is None else lost.back.step)
 
     def _check(self) -> None:
         """One round of the loop's chores, beside the training."""

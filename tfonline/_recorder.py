@@ -165,6 +165,12 @@ class Recorder:
                                          "role": role, "cause": cause, "action": action,
                                          "wall_time": self.clock()}, replace=True)
 
+    def rewind(self, step: int) -> None:
+        """The job went back to ``step`` (a lost ps node): what it recorded after is removed
+        (:meth:`Repository.rewind`), once every row queued before is committed."""
+        self.repo.flush()
+        self.repo.rewind(self.job_id, step)
+
     def model_dir(self, directory: str) -> None:
         self.repo.update("jobs", self.job_id, {"model_dir": directory})
 

@@ -11,11 +11,24 @@ happens depends on what the node was under the current setting:
   everything on them stay). Nothing trained is lost but the dead worker's
   step in flight; a synchronous job discards the whole step in flight (its
   survivors' gradients wait in accumulators for an apply that never came).
-- **a ps node, or the last worker**: the job stops, failed, as before; it can
-  be resumed from its latest checkpoint (``run(resume=True)``).
+- **a ps node**, with a ps and a worker left: the variables it held are
+  gone, so the job goes back to its latest checkpoint (its start, when it
+  has none yet): every worker stops, the repository is rewound to the
+  checkpoint's step (as ``run(resume=True)`` rewinds it), and the job goes
+  on from there on the same setting, or with one ps (else one worker) fewer
+  when the nodes left cannot hold it, on the nodes left. The training since
+  the checkpoint is lost: at most ``checkpoint_every_s`` of it.
+- **the last worker**, a node lost while variables moved (an ODMR
+  transition), or the last ps and worker: the job stops, failed, as
+  before; it can be resumed from its latest checkpoint
+  (``run(resume=True)``).
+
+A ps node is judged lost only once it cannot be reached (its process gone,
+its port closed): while it answers, its variables can still move, and ODMR
+moves them at the next switch without loss.
 
 Each loss is a ``node_losses`` row: the node, its role, the step, the cause
-and what the job did.
+and what the job did (for a ps node, the steps of training lost).
 """
 
 from __future__ import annotations
@@ -26,10 +39,12 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfonline import _graph
+from tfonline import _graph, _resume
+from tfonline._calls import node_of, threads_of
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline.exceptions import NodeFailedError
+from tfonline.placement import balanced_placement
 from tfonline.reconfig import Reconfig
 from tfonline.reconfig.plan import Plan, plan
 
@@ -37,54 +52,94 @@ logger = logging.getLogger("tfonline")
 
 
 @dataclass(frozen=True)
+class Back:
+    """The checkpoint a job that lost a ps node goes back to: its path and training state (None: the start)."""
+
+    path: str | None
+    saved: dict[str, Any] | None
+
+    @property
+    def step(self) -> int:
+        return int(self.saved["step"]) if self.saved is not None else 0
+
+
+@dataclass(frozen=True)
 class Lost:
     """A node the job goes on without."""
 
     node: int
-    role: str  # "worker" or "idle"
+    role: str  # "worker", "ps" or "idle"
     rank: int | None  # a worker's rank under the setting it was lost from
     cause: str  # what the driver saw (the NodeFailedError's message)
     old: dict[str, Any]
     new: dict[str, Any] | None  # the setting the job switches to (None: it stays)
     plan: Plan | None
+    back: Back | None = None  # a ps node's: where the job goes back to
 
     @property
     def action(self) -> str:
         if self.new is None:
             return "it was not in use; the job went on"
-        return f"the job went on as ps{self.new['ps']} w{self.new['worker']}: TDR over the worker(s) left"
+        on = f"ps{self.new['ps']} w{self.new['worker']}"
+        if self.back is None:
+            return f"the job went on as {on}: TDR over the worker(s) left"
+        if self.back.path is None:
+            return f"the job went back to its start (no checkpoint yet) and went on as {on}"
+        return f"the job went back to its checkpoint at step {self.back.step} and went on as {on}"
 
 
 class Recovery:
     """Judges a lost node and takes it out of the job (see the module's description).
 
     ``space`` is the tuner's :class:`~tfonline.tuner.space.KnobSpace` (None
-    untuned); ``knobs`` the knob table the switches are planned with.
+    untuned); ``knobs`` the knob table the switches are planned with;
+    ``keeper`` the job's :class:`~tfonline._keeper.Keeper` (its latest
+    checkpoint is where a lost ps node's variables come back from).
     """
 
-    def __init__(self, engine: Engine, backend: Reconfig, recorder: Recorder, knobs, space=None):
+    def __init__(self, engine: Engine, backend: Reconfig, recorder: Recorder, knobs, space=None, keeper=None):
         self.engine, self.backend, self.recorder, self.knobs, self.space = engine, backend, recorder, knobs, space
+        self.keeper = keeper
 
     def judge(self, error: NodeFailedError, setting: dict[str, Any]) -> Lost:
         """What the job does without the node ``error`` names; raises ``error`` when it cannot go on."""
         node, layout = error.node_index, self.engine.layout
-        if node is None or layout is None or node in layout.ps_nodes:
-            raise error  # the fork server, or a ps node: what lived there is gone
-        if node not in layout.worker_nodes:
+        if node is None or layout is None:
+            raise error  # the fork server
+        if node not in layout.ps_nodes + layout.worker_nodes:
             return Lost(node, "idle", None, str(error), dict(setting), None, None)
-        if len(layout.worker_nodes) < 2:
-            raise NodeFailedError(f"{error}; it was the job's only worker", node) from None
         if self.backend.in_transition:
             raise NodeFailedError(f"{error}, while variables moved to their new nodes", node) from None
+        if node in layout.ps_nodes:
+            return self._without_ps(error, setting)
+        if len(layout.worker_nodes) < 2:
+            raise NodeFailedError(f"{error}; it was the job's only worker", node) from None
         new = dict(setting, worker=setting["worker"] - 1)
         return Lost(node, "worker", layout.worker_nodes.index(node), str(error), dict(setting), new,
                     plan(self.knobs, setting, new, "online"))
 
+    def _without_ps(self, error: NodeFailedError, setting: dict[str, Any]) -> Lost:
+        """A ps node's loss: back to the latest checkpoint, on the setting if the nodes left hold it, else with
+        one ps fewer, else one worker fewer."""
+        left = len(self.engine.cluster.pool) - 1
+        new = dict(setting)
+        for knob in ("ps", "worker"):
+            if new["ps"] + new["worker"] > left and new[knob] > 1:
+                new[knob] -= 1
+        if new["ps"] + new["worker"] > left:
+            raise NodeFailedError(f"{error}; no node is left for both a ps and a worker", error.node_index) from None
+        keeper = self.keeper
+        back = Back(keeper.latest, keeper.latest_saved) if keeper is not None and keeper.latest else Back(None, None)
+        return Lost(error.node_index, "ps", None, str(error), dict(setting), new, None, back)
+
     def take_out(self, lost: Lost, step: int, sync: bool) -> None:
-        """Takes ``lost``'s node out of the pool and records it; for a worker, once the other workers have
-        stopped: the switch prepared ahead (for the old pool) is dropped, and a synchronous step in flight is
-        discarded."""
-        self._leave(lost, step, lost.action)
+        """Takes ``lost``'s node out of the pool and records it; for a worker or a ps node, once the other
+        workers have stopped: the switch prepared ahead (for the old pool) is dropped, and a synchronous
+        step in flight is discarded."""
+        action = lost.action
+        if lost.back is not None:
+            action += f"; {step - lost.back.step} steps of training lost"
+        self._leave(lost, step, action)
         if lost.new is not None:
             self.backend.discard()
             if sync:
@@ -93,6 +148,27 @@ class Recovery:
     def ended(self, lost: Lost, step: int) -> None:
         """Records ``lost``'s node, lost as the job ended (it stopped before the switch without the node)."""
         self._leave(lost, step, "the job ended first")
+
+    def go_back(self, lost: Lost, state, start_workers) -> None:
+        """After a lost ps node (taken out): the job goes back to ``lost.back`` on ``lost.new``'s nodes.
+
+        Every session of the old layout is let go (each used the lost node);
+        the repository is rewound to the checkpoint's step; the new setting's
+        sessions initialise its variables, which take the checkpoint's values;
+        and ``state`` goes on from the checkpoint's training state, its
+        workers started by ``start_workers`` (under the state's lock).
+        """
+        engine, back, new = self.engine, lost.back, lost.new
+        engine.let_go_all()
+        self.recorder.rewind(back.step)
+        engine.input_position = back.saved["input_position"] if back.saved is not None else 0
+        engine.cluster.set_threads_of({node: threads_of(new) for node in engine.nodes_of(new)})
+        steps, apply = engine.open(new, balanced_placement(engine.partitions_for(new["ps"]), new["ps"]))
+        if back.path is not None:
+            engine.restore(_resume.cluster_values(back.path, _graph.GLOBAL_STEP_NAME))
+        self.recorder.setting(new)
+        state.go_back(back.saved, new, steps, apply, then=start_workers)
+        self.recorder.phase(state.phase, back.step + 1)
 
     def _leave(self, lost: Lost, step: int, action: str) -> None:
         """Takes the node out of the pool (the tuner's space too) and records it."""
@@ -107,13 +183,17 @@ class Recovery:
                                 action=action)
 
     def _discard_step(self, lost: Lost) -> None:
-        """Releases every gradient accumulator of the old layout, from a surviving worker's node."""
+        """Releases the old layout's gradient accumulators on the nodes left, from one of them: a step in
+        flight leaves its survivors' gradients there."""
         engine = self.engine
         layout = engine.layout
-        survivor = next(n for n in layout.worker_nodes if n != lost.node)
-        graph, op = _graph.build_release_graph(
-            [], engine.container, _graph.accumulators_of(engine.graphs[0], len(layout.worker_nodes)))
-        filters = [f"/job:node/task:{n}" for n in sorted(set(layout.ps_nodes) | {survivor})]
-        with tf.compat.v1.Session(engine.cluster.target(survivor), graph=graph,
+        master = next(n for n in layout.worker_nodes + layout.ps_nodes if n != lost.node)
+        sources = [(source, dtype) for source, dtype in
+                   _graph.accumulators_of(engine.graphs[0], len(layout.worker_nodes))
+                   if node_of(source.device) != lost.node]
+        graph, op = _graph.build_release_graph([], engine.container, sources)
+        nodes = {node_of(source.device) for source, _ in sources} | {master}
+        filters = [f"/job:node/task:{n}" for n in sorted(nodes)]
+        with tf.compat.v1.Session(engine.cluster.target(master), graph=graph,
                                   config=tf.compat.v1.ConfigProto(device_filters=filters)) as session:
             session.run(op)

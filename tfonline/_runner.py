@@ -28,7 +28,8 @@ from dataclasses import asdict
 import tensorflow as tf
 
 from tfonline import _graph, _resume, tf_config
-from tfonline._calls import CLEANUP_TIMEOUT_S, each_step, side_by_side, signals_as_interrupts, threads_of
+from tfonline._calls import (CLEANUP_TIMEOUT_S, each_step, reset_node, side_by_side, signals_as_interrupts,
+                             threads_of)
 from tfonline._eta import Progress
 from tfonline._evaluation import check_metrics, evaluates
 from tfonline._keeper import Keeper
@@ -221,6 +222,8 @@ class Runner:
             self.keeper = Keeper(self.job, self.engine, self.state, self.recorder, self.model_dir, seed=self.seed,
                                  started=self._t0, every_s=self.checkpoint_every_s, keep=self.keep_checkpoints,
                                  resumed=self.resumed is not None)
+            if self.resumed is not None:  # what a lost ps node's variables go back to, until the next checkpoint
+                self.keeper.latest, self.keeper.latest_saved = self.resumed.checkpoint, self.resumed.saved
             self.board = self._board()
             self.monitor = self._monitor(setting)
             try:
@@ -301,7 +304,7 @@ class Runner:
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
                        limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board,
-                       recovery=Recovery(self.engine, self.backend, self.recorder, knobs, self.space))
+                       recovery=Recovery(self.engine, self.backend, self.recorder, knobs, self.space, self.keeper))
 
     def _node_count(self) -> int:
         arg = self.cluster_arg
@@ -346,14 +349,10 @@ class Runner:
         """
         containers = [self.container]
 
-        # A lost node is not reset. Each reset still waits on it: the node's master asks every node of the
-        # cluster spec to clean up (TensorFlow's Reset takes no device filters), and only the others answer.
-        # The call's own deadline ends it, so that no thread is left inside TensorFlow when the process exits
-        # (one that TensorFlow's exit wakes there aborts the process: "FATAL: exception not rethrown").
-        config = tf.compat.v1.ConfigProto(operation_timeout_in_ms=int(CLEANUP_TIMEOUT_S * 1000) - 500)
-
+        # Each node is reset through its own master, for itself alone (reset_node): a lost node is not
+        # reset, and no reset waits on it.
         def reset(index: int) -> None:
-            tf.compat.v1.Session.reset(self.cluster.target(index), containers, config)
+            reset_node(self.cluster.addresses[index], containers, index, CLEANUP_TIMEOUT_S - 0.5)
 
         pool = self.cluster.pool
         side_by_side([lambda index=index: reset(index) for index in pool],

@@ -210,6 +210,12 @@ class Engine:
         self.sessions, self.retired, self.opened = ([s for s in sessions if s.sess_str != target]
                                                     for sessions in (self.sessions, self.retired, self.opened))
 
+    def let_go_all(self) -> None:
+        """:meth:`let_go` for every session the job opened: a lost ps node was in each of them."""
+        for session in self.opened:
+            threading.Thread(target=_close_quietly, args=(session,), name="tfonline-let-go", daemon=True).start()
+        self.sessions, self.retired, self.opened = [], [], []
+
     def close_retired(self) -> None:
         retired, self.retired = self.retired, []
         close_all(retired)

@@ -87,6 +87,9 @@ class TrainingState:
         self.timer = time.monotonic if recorder.clock is time.time else recorder.clock
         self.max_steps, self.patience = max_steps, patience
         self.lock = threading.Lock()
+        # Held by the synchronous loop through each iteration (steps, apply, record): a checkpoint read under
+        # it has the parameters of exactly the step it records. A thread given up on keeps the old one.
+        self.step_gate = threading.Lock()
         self.stopped = threading.Event()
         self.stop: Stop | None = None
         self.failure: Stop | None = None  # a worker's TensorFlow error, until the monitor judges it (fail)
@@ -266,27 +269,50 @@ class TrainingState:
             observed = self.segment_run() if self.points and observe else None
             ended = self._end_segment()
             self._late_as = (self.setting_id, self.segment)
-            self.setting = new
-            self.steps, self.apply = steps, apply
-            self.generation += 1
-            self.version += 1
-            self._stepped_in_generation = False
-            self.switch_points = []
-            self.switch_workers = 1 if self.sync else len(steps)
             if self._opening:  # the switch opened the input again: its count starts anew
                 # The old workers' steps while it opened may have read from it (the same shared iterators,
                 # when the worker count stays). They count against it: at worst their batches are passed
                 # over by a later switch, never read again.
                 self._started, self._spent = self._spent, {}
-            self._opening = False
-            self._published.notify_all()
-            self.warmup = len(steps)
-            started = self._start_segment()
-            self.goal = None
-            then()
+            started = self._take(new, steps, apply, then)
         self.recorder.segment_end(*ended)
         self.recorder.segment_start(*started)
         return observed
+
+    def go_back(self, saved: dict[str, Any] | None, new: dict[str, Any], steps: list, apply,
+                then: Callable[[], Any]) -> None:
+        """The job goes back to a checkpoint's state ``saved`` (:meth:`saved`; None: the job's start) and on
+        from there on ``new``, with ``steps`` (their input opened anew): a lost ps node's variables came back
+        from that checkpoint. What it trained after is lost; the segment under way was ended at the
+        checkpoint (or removed) by the repository's rewind, and a new one starts."""
+        with self.lock:
+            self._restore(saved or {"step": 0, "smoothed": [0.0, 0], "best": [math.inf, 0]})
+            self.history = [point for point in self.history if point[0] <= self.step]
+            self.points = []
+            if not self.history:  # the next segment's number is still a new one
+                self.segment += 1
+            self._read, self._started, self._spent, self._opening = 0, {}, {}, False
+            self._late_as = (self.setting_id, self.segment)
+            started = self._take(new, steps, apply, then)
+        self.recorder.segment_start(*started)
+
+    def _take(self, new: dict[str, Any], steps: list, apply, then: Callable[[], Any]) -> tuple:
+        """The workers take ``new``'s ``steps`` from their next iteration, in a new segment (the caller holds
+        the lock); returns what :meth:`Recorder.segment_start` records."""
+        self.setting = new
+        self.steps, self.apply = steps, apply
+        self.generation += 1
+        self.version += 1
+        self._stepped_in_generation = False
+        self.switch_points = []
+        self.switch_workers = 1 if self.sync else len(steps)
+        self._opening = False
+        self._published.notify_all()
+        self.warmup = len(steps)
+        started = self._start_segment()
+        self.goal = None
+        then()
+        return started
 
     def swap_steps(self, steps: list, apply) -> None:
         """New steps for the same setting (a transition's end): each worker takes its next step on them."""
@@ -414,11 +440,15 @@ class TrainingState:
     def resume(self, saved: dict[str, Any], segment: int) -> None:
         """Continues from ``saved`` (:meth:`saved` at a checkpoint); the first segment is numbered ``segment``."""
         with self.lock:
-            self.step = int(saved["step"])
-            self.smoothed.restore(saved["smoothed"])
-            self._best_loss, self._best_step = float(saved["best"][0]), int(saved["best"][1])
+            self._restore(saved)
             self.first_iteration_at = saved["first_iteration_at"]
             self.segment = segment
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        """The step, smoothed loss and patience rule's best of ``saved`` (the caller holds the lock)."""
+        self.step = int(saved["step"])
+        self.smoothed.restore(saved["smoothed"])
+        self._best_loss, self._best_step = float(saved["best"][0]), int(saved["best"][1])
 
     # -- what the monitor reads ----------------------------------------------
 

@@ -76,6 +76,8 @@ class Workers:
             thread = self._threads.pop(rank, None)
             if thread is not None:
                 self._abandoned.add(thread)
+            if self.sync:  # the given-up thread may hold the gate for good
+                self.state.step_gate = threading.Lock()
         self.state.off(rank)
 
     def _given_up(self) -> bool:
@@ -144,11 +146,12 @@ class Workers:
                 steps, apply, generation = taken
                 started = time.perf_counter()
                 pool += [DaemonExecutor("tfonline-sync-worker") for _ in range(len(steps) - len(pool))]
-                futures = [worker.submit(step) for worker, step in zip(pool, steps)]
-                wait(futures)  # every step ends (a survivor's accumulation too) before an error is raised
-                losses = [float(f.result()[0]) for f in futures]
-                apply()
-                state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
+                with state.step_gate:
+                    futures = [worker.submit(step) for worker, step in zip(pool, steps)]
+                    wait(futures)  # every step ends (a survivor's accumulation too) before an error is raised
+                    losses = [float(f.result()[0]) for f in futures]
+                    apply()
+                    state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
         finally:
             for worker in pool:
                 worker.shutdown(0.0)

@@ -52,6 +52,7 @@ to explore a setting 2.3x slower for 118 s.
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 import time
@@ -150,13 +151,9 @@ class TuningManager:
     """Decides, segment by segment, which setting the job runs next.
 
     Args:
-        space: the knobs and domains to search.
-        start: the (resolved) starting setting.
-        target_loss: the job's target.
+        space, start, target_loss: the knobs and domains to search, the (resolved) starting setting, the target.
         make_estimator: returns a fresh progress estimator.
-        initial_iterations: I0.
-        random_settings: N.
-        segment_iterations: I; None means 3 × the setting's workers.
+        initial_iterations, random_settings, segment_iterations: I0, N and I (None: 3 × the setting's workers).
         min_segment_s: the least duration of a segment.
         exploration_budget: the fraction of the job's estimated remaining time
             (R̂ of the initial segment) the random phase may spend on
@@ -207,8 +204,7 @@ class TuningManager:
         self.phase = "initial"
         self.inherited_weight = sum(math.exp(-t.distance) for t in self.triples)
         self.random_settings = max(0, random_settings - int(self.inherited_weight))
-        self.job_steps: list[float] = []
-        self.job_losses: list[float] = []
+        self.job_steps, self.job_losses = [], []  # the job's loss history: steps and losses
         self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
         self.decisions = 0
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
@@ -266,6 +262,13 @@ class TuningManager:
         self._judged_worse = False
         return decision
 
+    def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
+        """The job runs ``setting`` now, not by the tuner's decision (a node was lost); with ``back_to``, it
+        went back to that step: the loss history after it is forgotten (the triples stay)."""
+        self.current, self._ahead = dict(setting), None
+        kept = len(self.job_steps) if back_to is None else bisect.bisect_right(self.job_steps, back_to)
+        del self.job_steps[kept:], self.job_losses[kept:]
+
     def observe(self, run: SegmentRun) -> None:
         """Adds a run's iterations to the job's loss history and elapsed time.
 
@@ -313,8 +316,7 @@ class TuningManager:
         return replace(triple, remaining_iterations=remaining / speed, remaining_s=remaining / speed * per_iteration_s,
                        speed=speed)
 
-    def speed_names(self) -> tuple[str, ...]:
-        """The knobs a setting's convergence speed depends on (:func:`~tfonline.tuner.convergence.speed_key`)."""
+    def speed_names(self) -> tuple[str, ...]:  # the knobs a setting's convergence speed depends on (speed_key)
         return SPEED_KNOBS + tuple(knob.name for knob in self.space.extra_knobs)
 
     def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
@@ -325,8 +327,7 @@ class TuningManager:
         return Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
 
     @property
-    def elapsed_s(self) -> float:
-        """Wall time from the first iteration this manager saw to the latest."""
+    def elapsed_s(self) -> float:  # wall time from the first iteration this manager saw to the latest
         return self._walls[1] - self._walls[0] if self._walls else 0.0
 
     def _decide(self, run: SegmentRun) -> Decision:

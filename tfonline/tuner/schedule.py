@@ -99,6 +99,10 @@ class Schedule:
         """The next scheduled switch's setting and plan (None after the last): the driver prepares it ahead."""
         return (dict(self.settings[self.done]), self.plans[self.done]) if self.done < len(self.settings) else None
 
+    def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
+        """The job runs ``setting`` now (a node was lost); the schedule's next switch goes on from it."""
+        self.current = dict(setting)
+
     def observe(self, run: SegmentRun) -> None:
         if len(run.steps):
             self._last_step = max(self._last_step, int(run.steps[-1]))
