@@ -87,16 +87,16 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
     losses = {}
     with LocalCluster(4) as cluster, tempfile.TemporaryDirectory() as folder:
         pids = cluster.node_pids
-        checkpointed = "select count(*) from checkpoints where step > 40"
+        checkpointed = "select count(*) from checkpoints where step > 30"
         runs = {"whole": ({"ps": 1, "worker": 2}, None),  # node 0 the ps, 1 and 2 the workers, 3 idle
-                "worker": ({"ps": 1, "worker": 2}, lambda db: after_iterations(db, 60, lambda: os.kill(pids[2], 9))),
+                "worker": ({"ps": 1, "worker": 2}, lambda db: after_iterations(db, 40, lambda: os.kill(pids[2], 9))),
                 # nodes 0 and 1 the ps, 3 the worker; then ps node 0 and worker node 3
                 "ps": ({"ps": 2, "worker": 1}, lambda db: after_iterations(db, 1, lambda: os.kill(pids[1], 9),
                                                                            count=checkpointed))}
         for name, (setting, kill) in runs.items():
             db = os.path.join(folder, f"{name}.db")
             killer = kill(db)[0] if kill else None
-            QuadraticJob().run(db=db, cluster=cluster, mode="sync", setting=setting, max_steps=200, quiet=True,
+            QuadraticJob().run(db=db, cluster=cluster, mode="sync", setting=setting, max_steps=150, quiet=True,
                                checkpoint_every_s=0.2)
             if killer:
                 killer.join()
@@ -106,6 +106,6 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
         (action,), = _rows(db, "select action from node_losses")
         assert re.fullmatch(r"the job went back to its checkpoint at step (\d+) and went on as ps1 w1; "
                             r"\d+ steps of training lost", action)
-    assert len(losses["worker"]) == len(losses["ps"]) == len(losses["whole"]) == 200
+    assert len(losses["worker"]) == len(losses["ps"]) == len(losses["whole"]) == 150
     assert losses["worker"] == losses["whole"]
     assert losses["ps"] == losses["whole"]

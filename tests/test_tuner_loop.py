@@ -28,7 +28,7 @@ from tfonline.tuner.space import KnobSpace
 DECISIONS = 40
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0, 1])  # 17 s each on 2 cores (seed 2 passed too: the suite's time is short)
 def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
     """Five free knobs (ps, worker, two thread pools, XLA); the start is about 8x slower than the optimum.
 
@@ -604,3 +604,24 @@ def test_after_a_node_is_lost_the_gp_proposes_only_settings_the_nodes_left_can_r
     suggestion = GPOptimizer(space, seed=5).suggest(observations, 0.5, current, hold=["global_jit_level"])
     proposed = [c.setting for c in suggestion.candidates] + [suggestion.best_known.setting]
     assert proposed and all(space.fits(s) for s in proposed)
+
+
+def test_a_setting_a_lost_node_imposed_is_the_one_the_next_decision_leaves_from():
+    """The driver switches without the tuner when a node is lost (tfonline._recovery): the tuner's current
+    setting becomes the one imposed, and a job sent back to a checkpoint forgets the losses after it."""
+    space = sim.space()
+    manager = TuningManager(space, space.start({"worker": 3}), 0.33, lambda: get_estimator("hogwild"),
+                            initial_iterations=40, random_settings=1, segment_iterations=40, min_segment_s=0,
+                            exploration_budget=None, seed=0)
+    job = sim.SimulatedJob(0, target_loss=0.305)
+    job.drive(manager, 2)
+    imposed = dict(manager.current, ps=1, worker=1)
+    assert imposed != manager.current
+    steps, losses = list(manager.job_steps), list(manager.job_losses)
+    manager.moved_to(imposed, back_to=50)
+    assert manager.current == imposed
+    assert manager.job_steps == steps[:50] and manager.job_losses == losses[:50]
+    manager.moved_to(dict(imposed, worker=2))  # a lost worker: the history stays
+    assert manager.current == dict(imposed, worker=2) and manager.job_steps == steps[:50]
+    decision, = job.drive(manager, 1)
+    assert decision.current == dict(imposed, worker=2)

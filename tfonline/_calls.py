@@ -145,19 +145,24 @@ def for_each(call, items) -> None:
         raise first
 
 
+# Sessions whose close did not finish: kept for the life of the process (see close_all).
+_UNCLOSED: list = []
+
+
 def close_all(sessions) -> None:
     """Closes sessions side by side under one deadline (see :func:`side_by_side`).
 
     Closing a session of a cluster with a dead node blocks for good. A
-    session still open after the deadline loses its C handle, so that its
-    ``__del__`` (which closes it too) cannot block whatever thread the
-    garbage collector happens to run in.
+    session still open after the deadline is kept here for good, so that
+    its ``__del__`` (which closes it too) never runs and cannot block
+    whatever thread the garbage collector happens to run in. (Dropping its
+    C handle instead crashed the process: a worker's step stuck on the node
+    returned later and was tried again on the dropped handle, a
+    segmentation fault in ``TF_SessionRun``.)
     """
     sessions = [s for s in sessions if not s._closed]
     finished = side_by_side([session.close for session in sessions], f"closing {len(sessions)} session(s)")
-    for session, done in zip(sessions, finished):
-        if not done:
-            session._session = None
+    _UNCLOSED.extend(session for session, done in zip(sessions, finished) if not done)
 
 
 def reset_node(address: str, containers: list[str], node: int, timeout_s: float) -> None:

@@ -153,6 +153,7 @@ class Monitor:
                         switch = decision
                         break
         except NodeFailedError as e:
+            self._give_up_on(e.node_index)
             state.request_stop(Stop("failed", str(e), e))
         except BaseException:
             self._deciding = None  # the job fails or is interrupted: the decision no longer matters
@@ -189,6 +190,18 @@ class Monitor:
             logger.warning("the tuner's call in flight waits on lost node %d: given up", lost.node)
             self._tuner, self._deciding = DaemonExecutor("tfonline-tuner"), None
         return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
+
+    def _give_up_on(self, node: int | None) -> None:
+        """The job fails on lost node ``node``: the workers whose steps wait on it, and the sessions it is the
+        master of, are not waited for (a call whose master is a dead node never returns)."""
+        layout = self.engine.layout
+        if node is None or layout is None or node not in layout.ps_nodes + layout.worker_nodes:
+            return
+        self.engine.let_go(node)
+        every = self.state.sync or node in layout.ps_nodes
+        for rank in range(1 if self.state.sync else len(layout.worker_nodes)):
+            if every or layout.worker_nodes[rank] == node:
+                self.workers.abandon(rank)
 
     def _recover(self, lost) -> None:
         """Takes the lost worker or ps node out of the job (its workers stopped); after a ps node, the job goes

@@ -1,0 +1,72 @@
+"""What the job does without a lost node (tfonline._recovery.Recovery.judge), on every kind of loss.
+
+The jobs that lose real nodes are in tests/test_lost_nodes.py, tests/test_training.py and
+tests/test_hosts_faults.py; here the judgement alone, on layouts the cluster tests cannot all reach (a node
+lost while variables move, too few nodes for any ps and worker).
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tfonline._graph import Layout
+from tfonline._recovery import Recovery
+from tfonline.exceptions import NodeFailedError
+
+pytestmark = pytest.mark.fast  # no TensorFlow cluster
+
+
+def _recovery(setting, pool, in_transition=False, checkpoint=None):
+    """A Recovery of a job on ``setting`` over the nodes ``pool``; ``checkpoint`` (step) its latest one."""
+    engine = SimpleNamespace(layout=Layout.from_setting(setting, pool), cluster=SimpleNamespace(pool=list(pool)))
+    keeper = SimpleNamespace(latest=None, latest_saved=None)
+    if checkpoint is not None:
+        keeper.latest, keeper.latest_saved = f"model.ckpt-{checkpoint}", {"step": checkpoint}
+    return Recovery(engine, SimpleNamespace(in_transition=in_transition), recorder=None, knobs={}, keeper=keeper)
+
+
+def _lost(node):
+    return NodeFailedError(f"node {node} (127.0.0.1:1) died during the job with exit code -9", node)
+
+
+def test_an_idle_node_changes_nothing():
+    lost = _recovery({"ps": 1, "worker": 1}, [0, 1, 2]).judge(_lost(2), {"ps": 1, "worker": 1})
+    assert (lost.role, lost.new, lost.action) == ("idle", None, "it was not in use; the job went on")
+
+
+def test_a_worker_is_left_behind_by_tdr():
+    lost = _recovery({"ps": 1, "worker": 2}, [0, 1, 2]).judge(_lost(1), {"ps": 1, "worker": 2})
+    assert (lost.role, lost.rank, lost.new, lost.back) == ("worker", 0, {"ps": 1, "worker": 1}, None)
+    assert lost.action == "the job went on as ps1 w1: TDR over the worker(s) left"
+
+
+@pytest.mark.parametrize("setting, pool, node, new", [
+    ({"ps": 2, "worker": 1}, [0, 1, 2, 3], 1, {"ps": 2, "worker": 1}),  # an idle node is left to take its place
+    ({"ps": 2, "worker": 2}, [0, 1, 2, 3], 0, {"ps": 1, "worker": 2}),  # one ps fewer
+    ({"ps": 1, "worker": 2}, [0, 1, 2], 0, {"ps": 1, "worker": 1}),  # the last ps: one worker fewer
+])
+def test_a_ps_node_sends_the_job_back_to_its_checkpoint_on_the_nodes_left(setting, pool, node, new):
+    lost = _recovery(setting, pool, checkpoint=120).judge(_lost(node), setting)
+    assert (lost.role, lost.new, lost.back.step, lost.back.path) == ("ps", new, 120, "model.ckpt-120")
+    assert lost.action == f"the job went back to its checkpoint at step 120 and went on as ps{new['ps']} w{new['worker']}"
+
+
+def test_a_ps_node_lost_before_any_checkpoint_sends_the_job_back_to_its_start():
+    lost = _recovery({"ps": 1, "worker": 2}, [0, 1, 2]).judge(_lost(0), {"ps": 1, "worker": 2})
+    assert (lost.back.step, lost.back.path, lost.back.saved) == (0, None, None)
+    assert lost.action == "the job went back to its start (no checkpoint yet) and went on as ps1 w1"
+
+
+@pytest.mark.parametrize("setting, pool, node, transition, message", [
+    ({"ps": 1, "worker": 1}, [0, 1], 1, False, "; it was the job's only worker"),
+    ({"ps": 1, "worker": 1}, [0, 1], 0, False, "; no node is left for both a ps and a worker"),
+    ({"ps": 1, "worker": 2}, [0, 1, 2], 2, True, ", while variables moved to their new nodes"),
+    ({"ps": 2, "worker": 1}, [0, 1, 2], 0, True, ", while variables moved to their new nodes"),
+])
+def test_a_loss_the_job_cannot_go_on_from_fails_it_naming_the_node_and_why(setting, pool, node, transition, message):
+    with pytest.raises(NodeFailedError) as raised:
+        _recovery(setting, pool, in_transition=transition, checkpoint=50).judge(_lost(node), setting)
+    assert str(raised.value) == f"node {node} (127.0.0.1:1) died during the job with exit code -9{message}"
+    assert raised.value.node_index == node
