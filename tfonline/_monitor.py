@@ -92,6 +92,9 @@ class Monitor:
                 if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
                     with self.tuner_faults():
                         self.manager.observe(self.switcher.observed)
+        except NodeFailedError as e:  # during a switch: what waits on the node is not waited for
+            self._give_up_on(e.node_index)
+            raise
         finally:  # workers a switch left running, when it failed; the tuner's last call
             state.stopped.set()
             self.workers.join()
@@ -197,7 +200,10 @@ class Monitor:
         layout = self.engine.layout
         if node is None or layout is None or node not in layout.ps_nodes + layout.worker_nodes:
             return
-        self.engine.let_go(node)
+        if node in layout.ps_nodes:  # every session used it
+            self.engine.let_go_all()
+        else:
+            self.engine.let_go(node)
         every = self.state.sync or node in layout.ps_nodes
         for rank in range(1 if self.state.sync else len(layout.worker_nodes)):
             if every or layout.worker_nodes[rank] == node:
@@ -227,6 +233,9 @@ class Monitor:
             state.request_stop(failure)
             return
         self.cluster.check_alive()
+        for node in self.cluster.join():
+            if self.recovery is not None:
+                self.recovery.joined(node, state.step)
         if self.limit_s is not None and time.monotonic() - self.started >= self.limit_s:
             state.request_stop(Stop("stopped", f"max_seconds ({self.limit_s:g} s) reached"))
         if self.switcher.made is not None:

@@ -165,6 +165,11 @@ class Recorder:
                                          "role": role, "cause": cause, "action": action,
                                          "wall_time": self.clock()}, replace=True)
 
+    def node_joined(self, *, step: int, node: int, address: str) -> None:
+        """A node that joined the job mid-job (:meth:`tfonline._recovery.Recovery.joined`)."""
+        self.repo.insert("node_joins", {"job_id": self.job_id, "step": step, "node": node, "address": address,
+                                        "wall_time": self.clock()}, replace=True)
+
     def rewind(self, step: int) -> None:
         """The job went back to ``step`` (a lost ps node): what it recorded after is removed
         (:meth:`Repository.rewind`), once every row queued before is committed."""

@@ -29,6 +29,11 @@ moves them at the next switch without loss.
 
 Each loss is a ``node_losses`` row: the node, its role, the step, the cause
 and what the job did (for a ps node, the steps of training lost).
+
+A node named in a given cluster that did not serve when the job started
+joins it once it does: it goes to the end of the pool (so it moves no
+setting already running), the tuner may propose settings that use it, and
+a ``node_joins`` row records it (:meth:`Recovery.joined`).
 """
 
 from __future__ import annotations
@@ -148,6 +153,16 @@ class Recovery:
     def ended(self, lost: Lost, step: int) -> None:
         """Records ``lost``'s node, lost as the job ended (it stopped before the switch without the node)."""
         self._leave(lost, step, "the job ended first")
+
+    def joined(self, node: int, step: int) -> None:
+        """Node ``node`` joined the pool (:meth:`tfonline.cluster.Cluster.join`): the tuner may use it."""
+        cluster = self.engine.cluster
+        if self.space is not None:
+            self.space.nodes_alive = len(cluster.pool)
+        address = cluster.addresses[node]
+        logger.warning("node %d (%s) joined the job at step %d: %d nodes in use now", node, address, step,
+                       len(cluster.pool))
+        self.recorder.node_joined(step=step, node=node, address=address)
 
     def go_back(self, lost: Lost, state, start_workers) -> None:
         """After a lost ps node (taken out): the job goes back to ``lost.back`` on ``lost.new``'s nodes.

@@ -41,8 +41,9 @@ from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
 from tfonline._workers import Workers
 from tfonline.checkpoint import default_model_dir
-from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count
-from tfonline.exceptions import ConfigurationError, TfOnlineError
+from tfonline.cluster import (Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count,
+                              port_answers)
+from tfonline.exceptions import ClusterError, ConfigurationError, TfOnlineError
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
 from tfonline.reconfig.tensorflow import TensorFlowReconfig
 from tfonline.repository import Repository
@@ -161,9 +162,14 @@ class Runner:
     def _setting(self) -> tuple[int, dict]:
         """The node count and the starting setting, checked (with a schedule) before any node starts."""
         node_count = self._node_count()
+        serving = self._serving(node_count)
         extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
         requested = self.resumed.setting if self.resumed is not None else self.requested_setting
-        setting = resolve_setting(requested, node_count, extra_knobs=extra)
+        setting = resolve_setting(requested, node_count if requested is not None else serving, extra_knobs=extra)
+        if setting["ps"] + setting["worker"] > serving:
+            raise ConfigurationError(
+                f"the setting's ps + worker must be <= the {serving} node(s) serving now (the others join once "
+                f"they serve), got ps {setting['ps']} + worker {setting['worker']}")
         unsigned = None  # read first (what the tuner inherits picks the start); said after the job's own checks
         try:
             self.signature = signature(self.job, DEFAULT_PARTITION_MIN_BYTES, self.mode)
@@ -175,7 +181,8 @@ class Runner:
                 self.inheritance = self._inherit()
                 if requested is not None:  # the user's, or the resumed job's, setting comes first
                     self.inheritance.start = self.inheritance.start_from = None
-                elif self.inheritance.start is not None:  # where the nearest earlier job ended
+                elif self.inheritance.start is not None and _fits(self.inheritance.start, serving):
+                    # where the nearest earlier job ended
                     setting = resolve_setting(self.inheritance.start, node_count, extra_knobs=extra)
             setting = self.space.start(setting)
             if self.tuning.schedule is not None:
@@ -207,6 +214,11 @@ class Runner:
         try:
             self.cluster, owned = self._cluster(setting, node_count)
             self.recorder.cluster(self.cluster.addresses)
+            if not _fits(setting, len(self.cluster.pool)):  # a node stopped answering since _setting looked
+                raise ClusterError(f"the setting's {setting['ps'] + setting['worker']} nodes must be serving, but "
+                                   f"only {len(self.cluster.pool)} of the cluster's {node_count} answer")
+            if self.space is not None:
+                self.space.nodes_alive = len(self.cluster.pool)
             used = range(setting["ps"] + setting["worker"])
             self.cluster.set_threads_of({node: threads_of(setting) for node in used})
             self.engine = Engine(self.job, self.cluster, self.partitions, self.rule, self.container,
@@ -322,6 +334,16 @@ class Runner:
         raise ConfigurationError(f"cluster must be None, a list of 'host:port' addresses, 'TF_CONFIG' or a Cluster, "
                                  f"got {arg!r}")
 
+    def _serving(self, node_count: int) -> int:
+        """How many of a given cluster's nodes serve now (the job starts on those; the others join later);
+        at least 2: fewer fail the job when its cluster is made (:class:`ExistingCluster`)."""
+        arg = self.cluster_arg
+        if isinstance(arg, Cluster):
+            return len(arg.pool)
+        if isinstance(arg, (list, tuple)):
+            return max(2, sum(port_answers(a, timeout_s=2.0) for a in arg))
+        return node_count
+
     def _fixed_threads(self) -> NodeThreads | None:
         """The thread pools of nodes tfonline cannot restart (a given cluster), else None."""
         arg = self.cluster_arg
@@ -413,3 +435,8 @@ class Runner:
 
 def _nothing() -> None:
     pass
+
+
+def _fits(setting: dict, nodes: int) -> bool:
+    """Whether ``setting``'s ps and workers fit on ``nodes`` nodes."""
+    return setting.get("ps", 1) + setting.get("worker", 1) <= nodes

@@ -41,6 +41,8 @@ DEFAULT_START_TIMEOUT_S = 120.0
 # A node that has not answered the driver's heartbeat for this long is taken as hung (stopped, deadlocked).
 DEFAULT_HEARTBEAT_TIMEOUT_S = 15.0
 HEARTBEAT_INTERVAL_S = 1.0
+# A given cluster looks this often for its waiting nodes (ExistingCluster.join).
+JOIN_LOOK_S = 1.0
 
 
 def default_node_count(cores: int | None = None) -> int:
@@ -99,13 +101,18 @@ class NodeThreads:
 class Cluster:
     """What the graph and the workers need of a cluster.
 
-    The *pool* is the nodes a job may use, in order: every node until one is
-    lost (:meth:`lose`). A setting's layout takes its ps nodes, then its
-    workers, from the front of the pool (:class:`tfonline._graph.Layout`).
+    The *pool* is the nodes a job may use, in order: every node serving
+    when the job started, then those that joined it since (:meth:`join`),
+    less those lost (:meth:`lose`). A setting's layout takes its ps nodes,
+    then its workers, from the front of the pool
+    (:class:`tfonline._graph.Layout`), so a node that joins never moves a
+    setting already running.
     """
 
     addresses: list[str]
     lost: frozenset[int] = frozenset()
+    waiting: frozenset[int] = frozenset()  # named, but not serving yet: they join once they do
+    joined: tuple[int, ...] = ()
 
     @property
     def node_count(self) -> int:
@@ -113,12 +120,17 @@ class Cluster:
 
     @property
     def pool(self) -> list[int]:
-        """The nodes the job may use: every node but those lost."""
-        return [i for i in range(self.node_count) if i not in self.lost]
+        """The nodes the job may use, in order (see the class's description)."""
+        first = [i for i in range(self.node_count) if i not in self.waiting and i not in self.joined]
+        return [i for i in first + list(self.joined) if i not in self.lost]
 
     def lose(self, index: int) -> None:
         """Takes node ``index`` out of the pool for good: it is no longer used, watched or reset."""
         self.lost = self.lost | {index}
+
+    def join(self) -> list[int]:
+        """The waiting nodes that serve now, added to the end of the pool (none for a cluster tfonline starts)."""
+        return []
 
     def target(self, index: int) -> str:
         return "grpc://" + self.addresses[index]
@@ -161,9 +173,15 @@ class ExistingCluster(Cluster):
     def __init__(self, addresses: list[str], threads: NodeThreads | None = None):
         self.addresses = check_addresses(addresses)
         self._threads = threads or NodeThreads.one_per_core()
-        missing = [a for a in self.addresses if not port_answers(a, timeout_s=2.0)]
-        if missing:
-            raise ClusterError(f"cluster nodes must be serving, but nothing answers at {', '.join(missing)}")
+        missing = [i for i, a in enumerate(self.addresses) if not port_answers(a, timeout_s=2.0)]
+        if len(self.addresses) - len(missing) < 2:  # a ps and a worker
+            raise ClusterError("cluster nodes must be serving, but nothing answers at "
+                               + ", ".join(self.addresses[i] for i in missing))
+        self.waiting = frozenset(missing)
+        self._next_look = 0.0
+        for i in missing:
+            logger.warning("node %d (%s) does not answer: the job starts without it, and takes it in once it "
+                           "serves", i, self.addresses[i])
 
     def node_threads(self, index: int) -> NodeThreads:
         return self._threads
@@ -181,6 +199,16 @@ class ExistingCluster(Cluster):
             a = self.addresses[i]
             if not port_answers(a, timeout_s=2.0):
                 raise NodeFailedError(f"node {i} ({a}) stopped answering during the job", i)
+
+    def join(self) -> list[int]:
+        """The waiting nodes whose port answers now (looked for once every :data:`JOIN_LOOK_S`)."""
+        if not self.waiting or time.monotonic() < self._next_look:
+            return []
+        self._next_look = time.monotonic() + JOIN_LOOK_S
+        serving = [i for i in sorted(self.waiting) if port_answers(self.addresses[i], timeout_s=0.2)]
+        self.waiting = self.waiting - set(serving)
+        self.joined = self.joined + tuple(serving)
+        return serving
 
 
 @dataclass

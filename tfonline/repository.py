@@ -22,7 +22,7 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
   which step, what writing one cost, the training state to resume from)
   and its metrics on held-out data; ``resumes``: each time a job was
   resumed from a checkpoint; ``node_losses``: a node lost mid-job, and
-  what the job did without it.
+  what the job did without it; ``node_joins``: a node that joined mid-job.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 11
+SCHEMA_VERSION = 12
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -187,6 +187,10 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "node_losses": (  # v11: a node lost mid-job (tfonline._recovery)
         {"job_id": str, "step": int, "node": int, "address": str, "role": str, "cause": str, "action": str,
          "wall_time": float},
+        ("job_id", "node"),
+    ),
+    "node_joins": (  # v12: a node of a given cluster that joined mid-job (tfonline._recovery)
+        {"job_id": str, "step": int, "node": int, "address": str, "wall_time": float},
         ("job_id", "node"),
     ),
     "gp_fits": (  # v9: the GP's hyperparameters, each time a decision fitted them (tfonline.tuner._records.GPFit)

@@ -54,8 +54,9 @@ JSON_SCHEMA = {
     "inherited": "[{job_id, name, distance, triples, gp_fit, start}]: the earlier jobs its tuner started from, "
                  "nearest first (gp_fit: 1 for the job whose GP fit it started from; start: 1 for the job whose "
                  "last setting it started on)",
-    "node_losses": "[{step, node, address, role ('worker' | 'idle'), cause, action}]: each node the job lost and "
-                   "went on without",
+    "node_losses": "[{step, node, address, role ('worker' | 'ps' | 'idle'), cause, action}]: each node the job "
+                   "lost and went on without",
+    "node_joins": "[{step, node, address}]: each node of a given cluster that joined the job once it served",
     "cluster_nodes": "int | null", "host": "str", "tf_version": "str", "python": "str",
 }
 
@@ -221,6 +222,8 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
                                     "from inheritances where job_id = ? order by distance, from_job_id", (job_id,))),
         "node_losses": list(repo.rows("select step, node, address, role, cause, action from node_losses "
                                       "where job_id = ? order by step", (job_id,))),
+        "node_joins": list(repo.rows("select step, node, address from node_joins where job_id = ? order by step",
+                                     (job_id,))),
         "cluster_nodes": len(json.loads(job["cluster"])) if job["cluster"] else None,
         "host": job["host"], "tf_version": job["tf_version"], "python": job["python"],
     }
@@ -279,7 +282,9 @@ def job_text(report: dict[str, Any]) -> str:
     lines.extend(_model_lines(r))
     if r["cluster_nodes"]:
         lost = f", {len(r['node_losses'])} lost" if r["node_losses"] else ""
-        lines.append(f"  cluster:         {r['cluster_nodes']} nodes{lost}")
+        joined = f", {len(r['node_joins'])} joined" if r["node_joins"] else ""
+        lines.append(f"  cluster:         {r['cluster_nodes']} nodes{joined}{lost}")
+    lines.extend(f"  node joined:     at step {e['step']}: node {e['node']} ({e['address']})" for e in r["node_joins"])
     lines.extend(f"  node lost:       at step {e['step']}: {e['cause']} (a {e['role']} node); {e['action']}"
                  for e in r["node_losses"])
     lines.append(f"  host:            {r['host']}, TensorFlow {r['tf_version']}, Python {r['python']}")
