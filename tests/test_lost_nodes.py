@@ -9,7 +9,7 @@ import sqlite3
 import tempfile
 
 import pytest
-from conftest import after_iterations
+from conftest import after_iterations, node_processes
 from jobs import QuadraticJob, TinyLogR
 
 from tfonline.cli import main
@@ -27,7 +27,7 @@ def test_lost_nodes_are_left_behind_and_the_job_goes_on(capsys):
     job.target_loss = 1e-9
     with LocalCluster(5) as cluster, tempfile.TemporaryDirectory() as folder:
         db_path = os.path.join(folder, "runs.db")
-        pids = cluster.node_pids
+        pids = list(cluster.node_pids)
         checkpointed = ("select count(*) from checkpoints c join node_losses l on c.step > l.step "
                         "where l.role = 'worker'")  # a checkpoint after the worker's loss
         killers = [after_iterations(db_path, 40, lambda: os.kill(pids[4], signal.SIGKILL))[0],
@@ -65,6 +65,7 @@ def test_lost_nodes_are_left_behind_and_the_job_goes_on(capsys):
                                   "order by g.segment desc limit 1")
         assert last.startswith("ps1 w1")
         assert main(["report", db_path]) == 0
+    assert not set(pids) & node_processes()  # the nodes left are stopped with the cluster
     out = capsys.readouterr().out
     assert "cluster:         5 nodes, 3 lost" in out
     assert f"node lost:       at step {step}: {cause} (a worker node); {action}" in out
@@ -86,7 +87,7 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
 
     losses = {}
     with LocalCluster(4) as cluster, tempfile.TemporaryDirectory() as folder:
-        pids = cluster.node_pids
+        pids = list(cluster.node_pids)
         checkpointed = "select count(*) from checkpoints where step > 30"
         runs = {"whole": ({"ps": 1, "worker": 2}, None),  # node 0 the ps, 1 and 2 the workers, 3 idle
                 "worker": ({"ps": 1, "worker": 2}, lambda db: after_iterations(db, 40, lambda: os.kill(pids[2], 9))),
@@ -106,6 +107,7 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
         (action,), = _rows(db, "select action from node_losses")
         assert re.fullmatch(r"the job went back to its checkpoint at step (\d+) and went on as ps1 w1; "
                             r"\d+ steps of training lost", action)
+    assert not set(pids) & node_processes()
     assert len(losses["worker"]) == len(losses["ps"]) == len(losses["whole"]) == 150
     assert losses["worker"] == losses["whole"]
     assert losses["ps"] == losses["whole"]

@@ -152,7 +152,9 @@ class MLJobFramework:
             cluster: None for an embedded local cluster, a list of
                 ``host:port`` node addresses, ``"TF_CONFIG"`` (the addresses of
                 the ``TF_CONFIG`` environment variable, :mod:`tfonline.tf_config`),
-                or a :class:`tfonline.cluster.Cluster`.
+                or a :class:`tfonline.cluster.Cluster`. Of given addresses, at
+                least two must serve; the job starts on those that do, and
+                each of the others joins it once it serves.
             nodes: how many nodes the embedded cluster starts.
             seed: the graph-level random seed.
             max_steps, max_seconds, patience: override the class attributes
