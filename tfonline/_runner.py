@@ -41,8 +41,7 @@ from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
 from tfonline._workers import Workers
 from tfonline.checkpoint import default_model_dir
-from tfonline.cluster import (Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count,
-                              port_answers)
+from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count
 from tfonline.exceptions import ClusterError, ConfigurationError, TfOnlineError
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
 from tfonline.reconfig.tensorflow import TensorFlowReconfig
@@ -214,9 +213,6 @@ class Runner:
         try:
             self.cluster, owned = self._cluster(setting, node_count)
             self.recorder.cluster(self.cluster.addresses)
-            if not _fits(setting, len(self.cluster.pool)):  # a node stopped answering since _setting looked
-                raise ClusterError(f"the setting's {setting['ps'] + setting['worker']} nodes must be serving, but "
-                                   f"only {len(self.cluster.pool)} of the cluster's {node_count} answer")
             if self.space is not None:
                 self.space.nodes_alive = len(self.cluster.pool)
             used = range(setting["ps"] + setting["worker"])
@@ -335,14 +331,19 @@ class Runner:
                                  f"got {arg!r}")
 
     def _serving(self, node_count: int) -> int:
-        """How many of a given cluster's nodes serve now (the job starts on those; the others join later);
-        at least 2: fewer fail the job when its cluster is made (:class:`ExistingCluster`)."""
+        """How many of a given cluster's nodes serve now: the job starts on those, the others join later.
+
+        Given addresses become their :class:`ExistingCluster` here, which
+        looks at each node once; with fewer than 2 serving, 2 (the job fails
+        when its cluster is made, with its row saying why).
+        """
         arg = self.cluster_arg
-        if isinstance(arg, Cluster):
-            return len(arg.pool)
         if isinstance(arg, (list, tuple)):
-            return max(2, sum(port_answers(a, timeout_s=2.0) for a in arg))
-        return node_count
+            try:
+                self.cluster_arg = arg = ExistingCluster(list(arg))
+            except ClusterError:
+                return 2
+        return len(arg.pool) if isinstance(arg, Cluster) else node_count
 
     def _fixed_threads(self) -> NodeThreads | None:
         """The thread pools of nodes tfonline cannot restart (a given cluster), else None."""
