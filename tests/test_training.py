@@ -184,3 +184,31 @@ def test_model_fn_must_create_the_same_variables_every_time(cluster, db_path):
 
     with pytest.raises(JobDefinitionError, match=r"model_fn must create the same variables on every call"):
         Shapeshifter().run(db=db_path, cluster=cluster, quiet=True)
+
+
+def test_a_container_reset_drops_the_jobs_variables_from_that_node_alone(cluster):
+    """What a job's end does on nodes that outlive it (tfonline._calls.reset_node): node 0's variable of the
+    container goes, node 1's stays (each node is reset by itself, so that none waits on another)."""
+    from tfonline._calls import reset_node
+
+    container = "tfonline.test-reset"
+    graph = tf.Graph()
+    with graph.as_default():
+        there, init = [], []
+        for node in (0, 1):
+            with tf.device(f"/job:node/task:{node}"):
+                handle = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], container=container, shared_name="v")
+                init.append(tf.raw_ops.AssignVariableOp(resource=handle, value=1.0))
+                there.append(tf.raw_ops.VarIsInitializedOp(resource=handle))
+    config = tf.compat.v1.ConfigProto(device_filters=["/job:node/task:0", "/job:node/task:1"])
+
+    def run(fetches):  # a session each time: a reset also closes the sessions its node is the master of
+        with tf.compat.v1.Session(cluster.target(0), graph=graph, config=config) as session:
+            return session.run(fetches)
+
+    run(init)
+    assert run(there) == [True, True]
+    reset_node(cluster.addresses[0], [container], 0, timeout_s=5.0)
+    assert run(there) == [False, True]
+    reset_node(cluster.addresses[1], [container], 1, timeout_s=5.0)
+    assert run(there) == [False, False]
