@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import tempfile
 
-import pytest
 from conftest import after_iterations, node_processes
 from jobs import QuadraticJob, TinyLogR
 
@@ -90,10 +89,11 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
         pids = list(cluster.node_pids)
         checkpointed = "select count(*) from checkpoints where step > 30"
         runs = {"whole": ({"ps": 1, "worker": 2}, None),  # node 0 the ps, 1 and 2 the workers, 3 idle
-                "worker": ({"ps": 1, "worker": 2}, lambda db: after_iterations(db, 40, lambda: os.kill(pids[2], 9))),
-                # nodes 0 and 1 the ps, 3 the worker; then ps node 0 and worker node 3
-                "ps": ({"ps": 2, "worker": 1}, lambda db: after_iterations(db, 1, lambda: os.kill(pids[1], 9),
-                                                                           count=checkpointed))}
+                "worker": ({"ps": 1, "worker": 2},
+                           lambda db: after_iterations(db, 40, lambda: os.kill(pids[2], signal.SIGKILL))),
+                # nodes 0 and 1 the ps, 3 the worker (2 is lost); without ps node 1: ps node 0, worker node 3
+                "ps": ({"ps": 2, "worker": 1},
+                       lambda db: after_iterations(db, 1, lambda: os.kill(pids[1], signal.SIGKILL), count=checkpointed))}
         for name, (setting, kill) in runs.items():
             db = os.path.join(folder, f"{name}.db")
             killer = kill(db)[0] if kill else None
