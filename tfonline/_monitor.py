@@ -184,9 +184,7 @@ class Monitor:
             self.recovery.take_out(lost, state.step, state.sync)
             return None
         self._lost = lost
-        given_up = [0] if state.sync else range(len(state.steps)) if lost.role == "ps" else [lost.rank]
-        for rank in given_up:
-            self.workers.abandon(rank)
+        self._abandon_workers_on(lost.node)
         self.workers.pause.set()
         state.take_failure()  # a worker's step that failed on the lost node, before its thread was given up
         if not self._tuner.idle(TUNER_STUCK_S):  # a decision, or a switch prepared ahead, waits on the node
@@ -204,6 +202,12 @@ class Monitor:
             self.engine.let_go_all()
         else:
             self.engine.let_go(node)
+        self._abandon_workers_on(node)
+
+    def _abandon_workers_on(self, node: int) -> None:
+        """Gives up the worker threads whose steps use ``node`` of the current layout: its worker's (every
+        one's, for a ps node; the one thread of a synchronous job)."""
+        layout = self.engine.layout
         every = self.state.sync or node in layout.ps_nodes
         for rank in range(1 if self.state.sync else len(layout.worker_nodes)):
             if every or layout.worker_nodes[rank] == node:

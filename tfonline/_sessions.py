@@ -204,17 +204,17 @@ class Engine:
         """Stops waiting on the sessions whose master is node ``node`` (lost): each is closed in a thread of
         its own, never waited for (a close that needs a dead node blocks for good), and forgotten."""
         target = self.cluster.target(node).encode()
-        on_node = [s for s in self.opened if s.sess_str == target]
-        for session in on_node:
-            threading.Thread(target=_close_quietly, args=(session,), name="tfonline-let-go", daemon=True).start()
-        self.sessions, self.retired, self.opened = ([s for s in sessions if s.sess_str != target]
-                                                    for sessions in (self.sessions, self.retired, self.opened))
+        self._let_go(lambda session: session.sess_str == target)
 
     def let_go_all(self) -> None:
         """:meth:`let_go` for every session the job opened: a lost ps node was in each of them."""
-        for session in self.opened:
+        self._let_go(lambda session: True)
+
+    def _let_go(self, which) -> None:
+        for session in filter(which, self.opened):
             threading.Thread(target=_close_quietly, args=(session,), name="tfonline-let-go", daemon=True).start()
-        self.sessions, self.retired, self.opened = [], [], []
+        self.sessions, self.retired, self.opened = ([s for s in sessions if not which(s)]
+                                                    for sessions in (self.sessions, self.retired, self.opened))
 
     def close_retired(self) -> None:
         retired, self.retired = self.retired, []
