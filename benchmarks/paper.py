@@ -82,7 +82,7 @@ from tfonline.simulator.run import paper_scale  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402
 
 MODES = {
-    "smoke": {"fixed": 2, "seeds": 1, "cap": 10, "checkpoint": True, "start": False, "workloads": "logr"},
+    "smoke": {"fixed": 1, "seeds": 1, "cap": 10, "checkpoint": True, "start": False, "workloads": "logr"},
     "quick": {"fixed": 4, "seeds": 2, "cap": 3, "checkpoint": False, "start": True,
               "workloads": "logr,cnn,mlp,paper-sim"},
     "full": {"fixed": 30, "seeds": 5, "cap": 10, "checkpoint": True, "start": True,

@@ -11,8 +11,8 @@ from test_bench import BENCH
 
 
 def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
-    """Smoke mode: one tuned seed, its checkpoint-restart run and two random fixed settings of the LogR example
-    at its demo size (about a minute)."""
+    """Smoke mode: one tuned seed, its checkpoint-restart run and one random fixed setting of the LogR example
+    at its demo size (about 40 s)."""
     out = subprocess.run([sys.executable, BENCH, "--mode", "smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 0, out.stderr[-2000:]
@@ -24,7 +24,7 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
         assert heading in text
     result = json.loads((tmp_path / md.replace(".md", ".json")).read_text())
     logr = result["workloads"]["logr"]
-    assert [r["status"] for r in logr["tuned"]] == ["converged"] and len(logr["fixed"]) == 2
+    assert [r["status"] for r in logr["tuned"]] == ["converged"] and len(logr["fixed"]) == 1
     c, ratios = logr["summary"]["completion_time_s"], logr["summary"]["ratios"]
     assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] == logr["tuned"][0]["completion_time_s"]
     assert ratios["tfonline_over_best"] == c["tfonline"] / c["best"]

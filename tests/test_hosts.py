@@ -90,8 +90,8 @@ def test_workers_join_and_leave_across_hosts_in_sync_mode_exactly_as_no_switch(t
 
 
 def test_a_tuned_asynchronous_job_switches_layouts_across_hosts(tf_config, db_path):
-    """The tuner's switches (random settings, then its own choices) change ps and workers over the hosts; the
-    thread pools are the nodes' own (a given cluster's cannot change yet)."""
+    """The tuner's switches (random settings, then its own choices) change ps and workers over the hosts, and
+    thread pools too: each host's node serves new ones when asked (type II switches)."""
     from jobs import TunedLogR
 
     tuning = {"initial_iterations": 20, "random_settings": 3, "segment_iterations": 40, "min_segment_s": 0,
@@ -104,7 +104,8 @@ def test_a_tuned_asynchronous_job_switches_layouts_across_hosts(tf_config, db_pa
         "select s.knobs from segments g join settings s on s.id = g.setting_id where g.job_id = ?",
         (result.job_id,))}
     assert len(layouts) >= 2 and all(ps + worker <= 3 for ps, worker in layouts)
-    assert any("odmr" in t or "tdr" in t for _, t in _switches(db_path, result.job_id))
+    switches = _switches(db_path, result.job_id)
+    assert any("odmr" in t or "tdr" in t for _, t in switches) and any("II" in types for types, _ in switches)
 
 
 def test_the_harness_leaves_nothing_behind_even_when_the_body_fails():

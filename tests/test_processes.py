@@ -148,7 +148,8 @@ def test_two_drivers_on_one_new_repository_both_finish_with_every_row(tmp_path):
 
 def test_job_on_nodes_started_by_tfonline_node(db_path):
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
-    bind = [[], ["--bind", "127.0.0.1"]]  # loopback by default, and when asked
+    # Loopback by default, and when asked; node 1 keeps its thread pools, so the cluster's stay fixed.
+    bind = [[], ["--bind", "127.0.0.1", "--fixed-threads"]]
     nodes = [
         subprocess.Popen([sys.executable, "-m", "tfonline.cli", "node", "--cluster", ",".join(addresses),
                           "--index", str(i), *bind[i]], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -158,7 +159,7 @@ def test_job_on_nodes_started_by_tfonline_node(db_path):
         for i, node in enumerate(nodes):
             served = json.loads(node.stdout.readline())
             assert served["task_index"] == i and served["target"] == "grpc://" + addresses[i]
-            assert listening(node.pid) == [("127.0.0.1", int(addresses[i].rsplit(":", 1)[1]))]
+            assert listening(served["pid"]) == [("127.0.0.1", int(addresses[i].rsplit(":", 1)[1]))]
         result = TinyLogR().run(db=db_path, cluster=addresses, quiet=True)
         assert result.status == "converged"
         assert all(node.poll() is None for node in nodes)  # tfonline leaves nodes it did not start running

@@ -1,4 +1,4 @@
-"""The driver's side of the fork server of :mod:`tfonline._node`.
+"""The driver's side of the node processes it starts, and of the fork server of :mod:`tfonline._node`.
 
 One process imports TensorFlow once and forks a ready node process for each
 request (see :mod:`tfonline._node` for the protocol). :class:`ForkServer`
@@ -17,8 +17,11 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from tfonline.exceptions import ClusterError
+
+HEARTBEAT_INTERVAL_S = 1.0  # the driver pings each node it started this often
 
 
 def log_tail(path: str, n: int = 3) -> str:
@@ -167,3 +170,54 @@ def _pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+@dataclass
+class NodeProcess:
+    """A node process the cluster started: its stdout's lines, and the heartbeats it has left unanswered."""
+
+    popen: subprocess.Popen | ForkedPopen
+    log_path: str
+    lines: queue.Queue = field(default_factory=queue.Queue)
+    serving: bool = False  # answers heartbeats from here on
+    last_ping: float = 0.0  # monotonic time of the last heartbeat sent
+    unanswered_since: float | None = None  # the first heartbeat sent since the last answer
+
+    def read_stdout(self) -> None:
+        for line in self.popen.stdout:
+            if line.strip() == "pong":
+                self.unanswered_since = None
+                continue
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def silent_for(self, now: float) -> float:
+        """Sends a heartbeat when one is due; returns how long the node has left heartbeats unanswered."""
+        if not self.serving:
+            return 0.0
+        if now - self.last_ping >= HEARTBEAT_INTERVAL_S:
+            self.last_ping = now
+            if self.unanswered_since is None:
+                self.unanswered_since = now
+            try:
+                self.popen.stdin.write("ping\n")
+                self.popen.stdin.flush()
+            except (OSError, ValueError):
+                pass  # its end: poll() says so
+        return 0.0 if self.unanswered_since is None else now - self.unanswered_since
+
+    def next_line(self, deadline: float) -> str:
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            try:
+                line = self.lines.get(timeout=min(remaining, 0.5))
+            except queue.Empty:
+                continue
+            if line is None:
+                raise EOFError
+            return line.strip()
+
+    def log_tail(self, n: int = 3) -> str:
+        return log_tail(self.log_path, n)

@@ -215,7 +215,7 @@ class Runner:
             self.recorder.cluster(self.cluster.addresses)
             if self.space is not None:
                 self.space.nodes_alive = len(self.cluster.pool)
-            used = range(setting["ps"] + setting["worker"])
+            used = self.cluster.pool[:setting["ps"] + setting["worker"]]
             self.cluster.set_threads_of({node: threads_of(setting) for node in used})
             self.engine = Engine(self.job, self.cluster, self.partitions, self.rule, self.container,
                                  sync=self.sync, seed=self.seed, saver=self.reconfig == "checkpoint",
@@ -346,12 +346,14 @@ class Runner:
         return len(arg.pool) if isinstance(arg, Cluster) else node_count
 
     def _fixed_threads(self) -> NodeThreads | None:
-        """The thread pools of nodes tfonline cannot restart (a given cluster), else None."""
+        """The thread pools of nodes tfonline cannot restart (a given cluster that is not restartable), else None."""
         arg = self.cluster_arg
         if arg is None or isinstance(arg, LocalCluster):
             return None
+        if isinstance(arg, ExistingCluster) and arg.restartable:  # nodes of `tfonline node`: they restart
+            return None
         if isinstance(arg, Cluster):
-            return arg.node_threads(0)
+            return arg.node_threads(arg.pool[0])
         return NodeThreads.one_per_core()  # what ExistingCluster assumes of nodes it is given
 
     def _cluster(self, setting, node_count) -> tuple[Cluster, LocalCluster | None]:

@@ -7,8 +7,9 @@
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
     tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
-    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--bind ADDRESS]
-    tfonline node --tf-config [--intra N] [--inter N] [--bind ADDRESS]
+    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--fixed-threads]
+                  [--bind ADDRESS]
+    tfonline node --tf-config [--intra N] [--inter N] [--fixed-threads] [--bind ADDRESS]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
 TensorFlow is imported only by ``node``, ``sweep`` and ``report --tensorboard``.
@@ -144,6 +145,37 @@ def _node(args) -> int:
     from tfonline._tensorflow import check_installed, require
 
     check_installed()
+    addresses = _node_addresses(args)
+    bind = check_bind_address(args.bind, "--bind")
+    if is_wildcard(bind):
+        print("tfonline: warning: this node listens on every interface, without authentication: anyone who "
+              "reaches it can run any TensorFlow op as this user", file=sys.stderr)
+    elif os.environ.get(BIND_VARIABLE) != bind:
+        # The bind library acts only when preloaded at the process's start: start again with it.
+        sys.stdout.flush()
+        os.execve(sys.executable, _node_argv(args, bind), bound_to(dict(os.environ), bind))
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    require()  # the version too, now that the process imports TensorFlow anyway
+    pools = (args.intra, args.inter)
+    if sys.platform.startswith("linux"):  # forks a child per set of pools (safe on Linux: tfonline._node)
+        from tfonline._given_node import supervise
+
+        return supervise(addresses, args.index, pools, bind, restartable=not args.fixed_threads)
+    from tfonline._node import _server_description, start_server
+
+    server = start_server(addresses, args.index, *pools)  # elsewhere, in this process, at these pools for good
+    check_listening(os.getpid(), int(addresses[args.index].rsplit(":", 1)[1]), bind, f"node {args.index}")
+    print(json.dumps(_server_description(server)), flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    try:
+        while True:
+            time.sleep(3600)  # in Python, not in server.join(): signal handlers run between sleeps
+    except KeyboardInterrupt:
+        os._exit(0)
+
+
+def _node_addresses(args) -> list[str]:
+    """The cluster's addresses, with ``args.cluster`` and ``args.index`` filled in from TF_CONFIG where asked."""
     if args.tf_config:
         from tfonline import tf_config
 
@@ -160,31 +192,13 @@ def _node(args) -> int:
     for name in ("intra", "inter"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
-    bind = check_bind_address(args.bind, "--bind")
-    if is_wildcard(bind):
-        print("tfonline: warning: this node listens on every interface, without authentication: anyone who "
-              "reaches it can run any TensorFlow op as this user", file=sys.stderr)
-    elif os.environ.get(BIND_VARIABLE) != bind:
-        # The bind library acts only when preloaded at the process's start: start again with it.
-        argv = [sys.executable, "-m", "tfonline.cli", "node", "--cluster", args.cluster, "--index", str(args.index),
-                "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind]
-        sys.stdout.flush()
-        os.execve(sys.executable, argv, bound_to(dict(os.environ), bind))
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from tfonline._node import _server_description, start_server
+    return addresses
 
-    require()  # the version too, now that the process imports TensorFlow anyway
-    server = start_server(addresses, args.index, args.intra, args.inter)
-    check_listening(os.getpid(), int(addresses[args.index].rsplit(":", 1)[1]), bind, f"node {args.index}")
-    print(json.dumps(_server_description(server)), flush=True)
-    # Sleep in Python rather than in server.join(): a signal handler only
-    # runs when the main thread is in the interpreter.
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        os._exit(0)
+
+def _node_argv(args, bind: str) -> list[str]:
+    return [sys.executable, "-m", "tfonline.cli", "node", "--cluster", args.cluster, "--index", str(args.index),
+            "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind] + (
+        ["--fixed-threads"] if args.fixed_threads else [])
 
 
 NODE_HELP = """\
@@ -196,6 +210,13 @@ files, read the model, end the job). This node therefore listens on --bind
 only, 127.0.0.1 by default, where only this host reaches it. Give --bind an
 address of another interface only on a trusted, isolated network (multi-host
 clusters belong on one); --bind 0.0.0.0 listens on every interface.
+
+The job's driver may ask this node to serve with other thread pools (the
+intra_op and inter_op knobs): the node then serves them from a new child
+process, on the same port (Linux; elsewhere the pools stay as started). The
+request is a TensorFlow op on this node's own server, so only a client that
+can already run any op here can make it. --fixed-threads keeps --intra and
+--inter for the node's life.
 """
 
 
@@ -342,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="take --cluster and --index from the TF_CONFIG environment variable (tfonline.tf_config)")
     node.add_argument("--intra", type=int, default=cores, help="intra_op_parallelism_threads (default: cores)")
     node.add_argument("--inter", type=int, default=cores, help="inter_op_parallelism_threads (default: cores)")
+    node.add_argument("--fixed-threads", action="store_true",
+                      help="keep --intra and --inter: do not restart with the pools the job's driver asks for")
     node.add_argument("--bind", default="127.0.0.1",
                       help="the one address to listen on (default 127.0.0.1: this host only; see above)")
     node.set_defaults(func=_node)

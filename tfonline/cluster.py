@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import socket
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from tfonline._confine import (
     LOOPBACK,
@@ -32,7 +31,8 @@ from tfonline._confine import (
     is_wildcard,
     reserve_port,
 )
-from tfonline._fork_server import ForkedPopen, ForkServer, log_tail
+from tfonline import _control
+from tfonline._fork_server import ForkServer, NodeProcess
 from tfonline.exceptions import ClusterError, ConfigurationError, NodeFailedError
 
 logger = logging.getLogger("tfonline")
@@ -40,9 +40,10 @@ logger = logging.getLogger("tfonline")
 DEFAULT_START_TIMEOUT_S = 120.0
 # A node that has not answered the driver's heartbeat for this long is taken as hung (stopped, deadlocked).
 DEFAULT_HEARTBEAT_TIMEOUT_S = 15.0
-HEARTBEAT_INTERVAL_S = 1.0
 # A given cluster looks this often for its waiting nodes (ExistingCluster.join).
 JOIN_LOOK_S = 1.0
+# A node of a given cluster serves new thread pools within this (a fork of a process with TensorFlow imported).
+RESTART_TIMEOUT_S = 30.0
 
 
 def default_node_count(cores: int | None = None) -> int:
@@ -164,15 +165,18 @@ class Cluster:
 class ExistingCluster(Cluster):
     """Nodes started elsewhere, e.g. ``tfonline node --cluster A,B,C --index I``.
 
-    tfonline neither starts nor stops these nodes, so it cannot change their
-    thread pools: those are fixed by how each node was started, and
-    ``threads`` says what they are (one per core, ``tfonline node``'s
-    default, when not given).
+    tfonline neither starts nor stops these nodes. A node started by
+    ``tfonline node`` publishes its thread pools and serves new ones when
+    asked (:mod:`tfonline._control`): when every node serving at the start
+    does, the cluster is :attr:`restartable` and its thread knobs are tuned
+    as the embedded cluster's are. Otherwise (a node started with
+    ``--fixed-threads``, or a plain TensorFlow server) the pools are fixed
+    by how the nodes were started, and ``threads`` says what they are (one
+    per core, ``tfonline node``'s default, when not given).
     """
 
     def __init__(self, addresses: list[str], threads: NodeThreads | None = None):
         self.addresses = check_addresses(addresses)
-        self._threads = threads or NodeThreads.one_per_core()
         missing = [i for i, a in enumerate(self.addresses) if not port_answers(a, timeout_s=2.0)]
         if len(self.addresses) - len(missing) < 2:  # a ps and a worker
             raise ClusterError("cluster nodes must be serving, but nothing answers at "
@@ -182,82 +186,81 @@ class ExistingCluster(Cluster):
         for i in missing:
             logger.warning("node %d (%s) does not answer: the job starts without it, and takes it in once it "
                            "serves", i, self.addresses[i])
+        published = {i: _control.read_threads(self.addresses[i], i) for i in self.pool}
+        self.restartable = all(pools is not None for pools in published.values())
+        self._fixed = threads or NodeThreads.one_per_core()
+        self._threads = {i: NodeThreads(*published[i]) if self.restartable else self._fixed for i in self.pool}
+        self._restarting: set[int] = set()
+        self._lock = threading.Lock()
 
     def node_threads(self, index: int) -> NodeThreads:
-        return self._threads
+        return self._threads[index]
 
     def set_node_threads(self, index: int, threads: NodeThreads) -> None:
-        if threads != self._threads:
+        self.set_threads_of({index: threads})
+
+    def set_threads_of(self, changes: dict[int, NodeThreads]) -> None:
+        """Asks every node whose pools change to serve the new ones, and waits until all do, side by side.
+
+        Raises:
+            ConfigurationError: the nodes cannot restart, and the pools differ from theirs.
+            NodeFailedError: a node did not serve its new pools within :data:`RESTART_TIMEOUT_S`.
+        """
+        changes = {i: t for i, t in changes.items() if self._threads[i] != t}
+        if changes and not self.restartable:
+            index, threads = next(iter(changes.items()))
+            fixed = self._threads[index]
             raise ConfigurationError(
-                f"thread knobs of a given cluster are fixed at {self._threads.intra_op_parallelism_threads}/"
-                f"{self._threads.inter_op_parallelism_threads} (intra/inter); got "
-                f"{threads.intra_op_parallelism_threads}/{threads.inter_op_parallelism_threads} for node {index}"
-            )
+                f"thread knobs of a given cluster are fixed at {fixed.intra_op_parallelism_threads}/"
+                f"{fixed.inter_op_parallelism_threads} (intra/inter); got {threads.intra_op_parallelism_threads}/"
+                f"{threads.inter_op_parallelism_threads} for node {index}")
+        if not changes:
+            return
+        with self._lock:
+            self._restarting |= set(changes)
+        try:
+            served = _control.restart_all({i: (self.addresses[i], t.intra_op_parallelism_threads,
+                                               t.inter_op_parallelism_threads) for i, t in changes.items()},
+                                          RESTART_TIMEOUT_S)
+            for index in changes:
+                if not served[index]:
+                    raise NodeFailedError(f"node {index} ({self.addresses[index]}) did not serve its new thread "
+                                          f"pools within {RESTART_TIMEOUT_S:.0f} s", index)
+                self._threads[index] = changes[index]
+        finally:
+            with self._lock:
+                self._restarting -= set(changes)
 
     def check_alive(self) -> None:
         for i in self.pool:
             a = self.addresses[i]
             if not port_answers(a, timeout_s=2.0):
+                with self._lock:
+                    if i in self._restarting:
+                        continue
                 raise NodeFailedError(f"node {i} ({a}) stopped answering during the job", i)
 
     def join(self) -> list[int]:
-        """The waiting nodes whose port answers now (looked for once every :data:`JOIN_LOOK_S`)."""
+        """The waiting nodes whose port answers now (looked for once every :data:`JOIN_LOOK_S`).
+
+        In a restartable cluster, a node that cannot restart (it publishes
+        no pools) is not taken in: the tuner could not give it a setting's pools.
+        """
         if not self.waiting or time.monotonic() < self._next_look:
             return []
         self._next_look = time.monotonic() + JOIN_LOOK_S
         serving = [i for i in sorted(self.waiting) if port_answers(self.addresses[i], timeout_s=0.2)]
         self.waiting = self.waiting - set(serving)
+        for i in list(serving):
+            published = _control.read_threads(self.addresses[i], i)
+            if self.restartable and published is None:
+                logger.warning("node %d (%s) serves but cannot restart with new thread pools, as the others can: "
+                               "the job goes on without it", i, self.addresses[i])
+                serving.remove(i)
+                continue
+            self._threads[i] = NodeThreads(*published) if self.restartable else self._fixed
         self.joined = self.joined + tuple(serving)
         return serving
-
-
-@dataclass
-class _Process:
-    popen: subprocess.Popen | ForkedPopen
-    log_path: str
-    lines: queue.Queue = field(default_factory=queue.Queue)
-    serving: bool = False  # answers heartbeats from here on
-    last_ping: float = 0.0  # monotonic time of the last heartbeat sent
-    unanswered_since: float | None = None  # the first heartbeat sent since the last answer
-
-    def read_stdout(self) -> None:
-        for line in self.popen.stdout:
-            if line.strip() == "pong":
-                self.unanswered_since = None
-                continue
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def silent_for(self, now: float) -> float:
-        """Sends a heartbeat when one is due; returns how long the node has left heartbeats unanswered."""
-        if not self.serving:
-            return 0.0
-        if now - self.last_ping >= HEARTBEAT_INTERVAL_S:
-            self.last_ping = now
-            if self.unanswered_since is None:
-                self.unanswered_since = now
-            try:
-                self.popen.stdin.write("ping\n")
-                self.popen.stdin.flush()
-            except (OSError, ValueError):
-                pass  # its end: poll() says so
-        return 0.0 if self.unanswered_since is None else now - self.unanswered_since
-
-    def next_line(self, deadline: float) -> str:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            try:
-                line = self.lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if line is None:
-                raise EOFError
-            return line.strip()
-
-    def log_tail(self, n: int = 3) -> str:
-        return log_tail(self.log_path, n)
 
 
 def _join(host: str, port: int) -> str:
@@ -323,7 +326,7 @@ class LocalCluster(Cluster):
         self._fork_server: ForkServer | None = None
         self._log_dir = tempfile.mkdtemp(prefix="tfonline-nodes-")
         self._lock = threading.RLock()
-        self._procs: list[_Process | None] = [None] * count
+        self._procs: list[NodeProcess | None] = [None] * count
         # One thread per core is TensorFlow's own default and the default
         # setting's, so a job with default threads restarts no node.
         self._threads: list[NodeThreads] = (
@@ -353,7 +356,7 @@ class LocalCluster(Cluster):
         env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
         return env
 
-    def _spawn(self, deadline: float) -> _Process:
+    def _spawn(self, deadline: float) -> NodeProcess:
         self._spawned += 1
         log_path = os.path.join(self._log_dir, f"process-{self._spawned}.log")
         if self._use_fork_server:
@@ -374,14 +377,14 @@ class LocalCluster(Cluster):
                     # driver, which then stops the nodes in order.
                     start_new_session=True,
                 )
-        proc = _Process(popen, log_path)
+        proc = NodeProcess(popen, log_path)
         threading.Thread(target=proc.read_stdout, daemon=True, name="tfonline-node-stdout").start()
         return proc
 
     def _describe(self, index: int) -> str:
         return f"node {index} ({self.addresses[index]})"
 
-    def _await(self, proc: _Process, expected: str, what: str, deadline: float) -> str:
+    def _await(self, proc: NodeProcess, expected: str, what: str, deadline: float) -> str:
         try:
             return proc.next_line(deadline)
         except TimeoutError:
@@ -393,7 +396,7 @@ class LocalCluster(Cluster):
                 f"{what} exited with code {proc.popen.wait()} before '{expected}'; log: {proc.log_tail()}"
             ) from None
 
-    def _serve(self, proc: _Process, index: int, deadline: float) -> None:
+    def _serve(self, proc: NodeProcess, index: int, deadline: float) -> None:
         what = self._describe(index)
         line = self._await(proc, "imported", what, deadline)
         if line != "imported":
@@ -517,7 +520,7 @@ class LocalCluster(Cluster):
             raise NodeFailedError(server.gone() + "; node restarts are no longer possible", None)
 
     @staticmethod
-    def _end(proc: _Process | None, grace_s: float = 3.0) -> None:
+    def _end(proc: NodeProcess | None, grace_s: float = 3.0) -> None:
         if proc is None:
             return
         proc.serving = False
@@ -539,7 +542,7 @@ class LocalCluster(Cluster):
                 pass
 
     @classmethod
-    def _end_all(cls, procs: list[_Process | None]) -> None:
+    def _end_all(cls, procs: list[NodeProcess | None]) -> None:
         """Ends several nodes side by side: every stdin is closed before waiting for any."""
         procs = [p for p in procs if p is not None]
         for p in procs:

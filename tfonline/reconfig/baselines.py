@@ -75,8 +75,9 @@ class Checkpoints:
         threads = {node: threads_of(new) if node in used else cluster.node_threads(node) for node in cluster.pool}
         if isinstance(cluster, LocalCluster):
             cluster.restart_nodes(threads)
-        else:  # nodes started elsewhere cannot be restarted: drop the job's state on them instead
+        else:  # nodes started elsewhere restart only for new pools: drop the job's state on them instead
             self.reset_container()
+            cluster.set_threads_of({node: threads[node] for node in used})
         engine.forget_graphs()  # built anew, as a restarted job would
         steps, apply = engine.open(new, balanced_placement(engine.partitions_for(new["ps"]), new["ps"]))
         with engine.graphs[0].graph.as_default():

@@ -74,7 +74,7 @@ def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, An
     actions, parts = [], []
     if threads:
         actions += ["read the variables on ps nodes whose thread pools change",
-                    "restart the nodes whose thread pools change (forked, TensorFlow imported)"]
+                    "restart the nodes whose thread pools change (a given node restarts itself, in place)"]
     if "ps" in changed:
         parts.append("odmr")
         actions.append("create each partition the new placement map moves on its new node at its first use, "

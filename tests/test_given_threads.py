@@ -1,0 +1,79 @@
+"""Thread knobs on a given cluster: nodes of ``tfonline node`` serve the pools the job's driver asks for.
+
+(A node started with ``--fixed-threads`` publishes no pools, and a cluster with one keeps its pools fixed:
+``test_processes.py::test_job_on_nodes_started_by_tfonline_node``.)"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+
+from jobs import TinyLogR
+
+from tfonline import _control
+from tfonline.cluster import free_port
+
+
+def _node(addresses, index, *extra):
+    return subprocess.Popen([sys.executable, "-m", "tfonline.cli", "node", "--cluster", ",".join(addresses),
+                             "--index", str(index), "--intra", "2", "--inter", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def _pools(line: str) -> tuple[str, int, int]:
+    event = json.loads(line)
+    return event["event"], event["intra_op_parallelism_threads"], event["inter_op_parallelism_threads"]
+
+
+def test_a_given_clusters_nodes_restart_in_place_with_the_pools_of_each_setting(db_path):
+    """Nodes started at 2/2 (intra/inter). The job starts at 1/1 on ps1 w1, so nodes 0 and 1 restart; at step
+    150 a scheduled live switch to ps1 w2 at 2/2 restarts them again (node 0 is the ps: ODMR moves its variables
+    first) and puts node 2, already at 2/2, to work. Each restart keeps the node's command and port: a new child
+serves the new pools."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    nodes = [_node(addresses, i) for i in range(3)]
+    try:
+        for node in nodes:
+            assert _pools(node.stdout.readline()) == ("serving", 2, 2)
+        pids = [node.pid for node in nodes]
+        # A node takes only pools in [1, MAX_THREADS]: it ignores this request and serves on as it was.
+        assert _control.request_threads(addresses[2], 2, 0, _control.MAX_THREADS + 1)
+        time.sleep(4 * _control.WATCH_S)
+        assert _control.read_threads(addresses[2], 2) == (2, 2)
+        job = TinyLogR()
+        job.target_loss = 1e-9
+        one = {"intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1}
+        two = {"intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 2}
+        result = job.run(db=db_path, cluster=addresses, setting={"ps": 1, "worker": 1, **one}, max_steps=300,
+                         quiet=True, schedule=[(150, {"worker": 2, **two})])
+        assert result.iterations == 300
+        for node in nodes[:2]:
+            lines = [json.loads(node.stdout.readline()) for _ in range(4)]
+            assert [_pools(json.dumps(line)) for line in lines] == [
+                ("restarting", 1, 1), ("serving", 1, 1), ("restarting", 2, 2), ("serving", 2, 2)]
+            assert lines[1]["pid"] != lines[3]["pid"] and lines[3]["target"] == "grpc://" + addresses[nodes.index(node)]
+        assert [node.pid for node in nodes] == pids and all(node.poll() is None for node in nodes)
+        conn = sqlite3.connect(db_path)
+        (moved_at, technique, to), = conn.execute(
+            "select r.step, r.technique, s.short from reconfigurations r join settings s on s.id = r.to_setting_id "
+            "where r.job_id = ?", (result.job_id,)).fetchall()
+        assert moved_at >= 150 and technique == "tdr+ssr" and to.startswith("ps1 w2 t2/2")
+        (workers,), = conn.execute("select count(distinct worker) from iterations where job_id = ? and step > ?",
+                                   (result.job_id, moved_at + 10)).fetchall()
+        assert workers == 2  # node 2 trains beside node 1
+        losses = [loss for (loss,) in conn.execute("select loss from iterations where job_id = ? order by step",
+                                                   (result.job_id,))]
+        assert losses[-1] < losses[moved_at - 10] < losses[0]  # the variables survived both restarts
+        # The next job's request is read too, although the first job's end reset the nodes (which closes every
+        # session of a node's master, the node's own watch among them).
+        job.run(db=db_path, cluster=addresses, setting={"ps": 1, "worker": 1, "intra_op_parallelism_threads": 1},
+                max_steps=20, quiet=True)
+        assert [_pools(nodes[0].stdout.readline()) for _ in range(2)] == [("restarting", 1, 2), ("serving", 1, 2)]
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            node.wait(timeout=30)

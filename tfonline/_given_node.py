@@ -1,0 +1,106 @@
+"""``tfonline node``: one node of a given cluster, which serves the thread pools its job's driver asks for.
+
+The process imports TensorFlow once and serves in a forked child. When the
+driver asks for other pools (:mod:`tfonline._control`), the child says so,
+writes them to its parent and exits, and the parent forks a child that serves
+them on the same port, in well under a second (a new process would import
+TensorFlow again: 4 s of CPU here). Forking after the import is safe for the
+reason :mod:`tfonline._node` gives for its fork server.
+
+The parent stays for the node's life: stopping it (SIGTERM, Ctrl-C) stops the
+child, its death kills the child (``PR_SET_PDEATHSIG``), and a child that dies
+of anything but a request ends it with the child's code, so that a lost node
+stays lost. Each child prints the ``serving`` line (its own pid among the
+fields) when it serves, and a ``restarting`` line before it makes way.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+RESTART_EXIT = 75  # a child's exit code when it makes way for new pools (written to its parent first)
+_PR_SET_PDEATHSIG = 1
+
+
+def supervise(addresses: list[str], index: int, pools: tuple[int, int], bind: str, restartable: bool) -> int:
+    """Serves node ``index`` until stopped; returns the exit code."""
+    import tensorflow  # noqa: F401  (the import every child inherits)
+
+    child = {"pid": 0}
+    stopping = []
+
+    def stop(signum, frame):
+        stopping.append(signum)
+        if child["pid"]:
+            os.kill(child["pid"], signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    while True:
+        ours, theirs = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ours)
+            os._exit(_child(addresses, index, pools, bind, restartable, theirs))
+        os.close(theirs)
+        child["pid"] = pid
+        _, status = os.waitpid(pid, 0)
+        with os.fdopen(ours, "rb") as pipe:
+            asked = pipe.read()
+        if stopping:
+            return 0
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == RESTART_EXIT and asked:
+            pools = tuple(json.loads(asked))
+            continue
+        return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable: bool, pipe: int) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    signal.signal(signal.SIGINT, lambda *_: os._exit(0))
+    if sys.platform.startswith("linux"):  # die with the parent, even after its SIGKILL
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() == 1:
+            return 1
+    try:
+        from tfonline._confine import check_listening
+        from tfonline._node import _server_description, start_server
+
+        server = start_server(addresses, index, *pools)
+        check_listening(os.getpid(), int(addresses[index].rsplit(":", 1)[1]), bind, f"node {index}")
+        print(json.dumps(_server_description(server)), flush=True)
+        asked = _await_request(server, index, pools, restartable)
+    except Exception as e:  # noqa: BLE001 (said on stderr, as the command's own errors are)
+        print(f"tfonline: error: {e}", file=sys.stderr, flush=True)
+        return 1
+    print(json.dumps({"event": "restarting", "intra_op_parallelism_threads": asked[0],
+                      "inter_op_parallelism_threads": asked[1]}), flush=True)
+    os.write(pipe, json.dumps(asked).encode())
+    return RESTART_EXIT
+
+
+def _await_request(server, index: int, pools: tuple[int, int], restartable: bool) -> tuple[int, int]:
+    """Serves until the driver asks for other pools (never, when not ``restartable``); returns them."""
+    from tfonline._control import WATCH_S, Watch
+
+    while not restartable:
+        time.sleep(3600)  # in Python, not in server.join(): signal handlers run between sleeps
+    watch = Watch(server, index, *pools)
+    while True:
+        time.sleep(WATCH_S)
+        try:
+            asked = watch.requested()
+        except Exception as e:  # noqa: BLE001 (the watch is a helper: the node serves on without it)
+            print(f"tfonline: warning: node {index} cannot read restart requests: {type(e).__name__}: {e}",
+                  file=sys.stderr, flush=True)
+            time.sleep(5.0)
+            continue
+        if asked is not None:
+            return asked
