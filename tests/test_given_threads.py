@@ -6,15 +6,21 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import signal
 import sqlite3
 import subprocess
 import sys
 import time
 
+import pytest
 from jobs import TinyLogR
 
 from tfonline import _control
-from tfonline.cluster import free_port
+from tfonline import cluster as cluster_module
+from tfonline.cluster import JOIN_LOOK_S, ExistingCluster, NodeThreads, free_port
+from tfonline.exceptions import NodeFailedError
 
 
 def _node(addresses, index, *extra):
@@ -72,6 +78,41 @@ serves the new pools."""
         job.run(db=db_path, cluster=addresses, setting={"ps": 1, "worker": 1, "intra_op_parallelism_threads": 1},
                 max_steps=20, quiet=True)
         assert [_pools(nodes[0].stdout.readline()) for _ in range(2)] == [("restarting", 1, 2), ("serving", 1, 2)]
+    finally:
+        for node in nodes:
+            node.terminate()
+        for node in nodes:
+            node.wait(timeout=30)
+
+
+def test_a_node_that_cannot_restart_is_left_out_and_one_that_does_not_serve_its_new_pools_is_named(caplog,
+                                                                                                    monkeypatch):
+    """Nodes 0 and 1 serve and can restart; node 2 starts later with --fixed-threads, so it is not taken in
+    (the tuner could not give it a setting's pools). Then node 1 is asked for pools it does not take (out of its
+    bounds), and once its server is killed, for any: each error names it and says what went wrong."""
+    addresses = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    nodes = [_node(addresses, 0), _node(addresses, 1)]
+    try:
+        served = [json.loads(node.stdout.readline()) for node in nodes]
+        cluster = ExistingCluster(addresses)
+        assert cluster.restartable and cluster.waiting == {2} and cluster.node_threads(1) == NodeThreads(2, 2)
+        nodes.append(_node(addresses, 2, "--fixed-threads"))
+        assert _pools(nodes[2].stdout.readline()) == ("serving", 2, 2)
+        time.sleep(JOIN_LOOK_S)
+        with caplog.at_level(logging.WARNING, logger="tfonline"):
+            assert cluster.join() == [] and cluster.pool == [0, 1] and cluster.waiting == frozenset()
+        assert (f"node 2 ({addresses[2]}) serves but cannot restart with new thread pools, as the others can: "
+                "the job goes on without it") in caplog.messages
+        monkeypatch.setattr(cluster_module, "RESTART_TIMEOUT_S", 2.0)
+        with pytest.raises(NodeFailedError, match=rf"^node 1 \({addresses[1]}\) did not serve its new thread pools "
+                                                  rf"within 2 s$"):
+            cluster.set_threads_of({0: NodeThreads(1, 1), 1: NodeThreads(_control.MAX_THREADS + 1, 1)})
+        assert cluster.node_threads(0) == NodeThreads(1, 1) and _control.read_threads(addresses[0], 0) == (1, 1)
+        os.kill(served[1]["pid"], signal.SIGKILL)
+        assert nodes[1].wait(timeout=30) == 128 + signal.SIGKILL  # a node whose server dies ends with it
+        with pytest.raises(NodeFailedError, match=rf"^node 1 \({addresses[1]}\) does not answer a request for new "
+                                                  rf"thread pools$"):
+            cluster.set_threads_of({1: NodeThreads(1, 1)})
     finally:
         for node in nodes:
             node.terminate()

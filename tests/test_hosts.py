@@ -122,7 +122,7 @@ def test_the_harness_leaves_nothing_behind_even_when_the_body_fails():
     assert hosts.leftovers() == [] and _alive(pids) == set()
 
 
-def test_the_multihost_benchmark_compares_every_layout_with_the_tuned_job():
+def test_the_multihost_benchmark_compares_fixed_settings_with_the_tuned_job():
     """benchmarks/multihost.py's tables (its runs need root and minutes: `python benchmarks/multihost.py`)."""
     import importlib.util
     import sys
@@ -136,6 +136,11 @@ def test_the_multihost_benchmark_compares_every_layout_with_the_tuned_job():
     finally:
         sys.path[:] = path_before  # it puts benchmarks/ and tests/ first, as a script does
     assert multihost.layouts(3) == [{"ps": 1, "worker": 1}, {"ps": 1, "worker": 2}, {"ps": 2, "worker": 1}]
+    assert list(multihost.fixed_settings(3, 0)) == ["ps1 w1", "ps1 w2", "ps2 w1"]
+    drawn = multihost.fixed_settings(4, 5)  # the paper's protocol: from the whole knob space, threads too
+    assert len(drawn) == 5 and all(s["ps"] + s["worker"] <= 4 for s in drawn.values())
+    assert drawn == multihost.fixed_settings(4, 5) and len({s["intra_op_parallelism_threads"] for s in drawn.values()
+                                                            } | {s["global_jit_level"] for s in drawn.values()}) > 2
     fixed = {"ps1 w1": {"status": "converged", "completion_time_s": 100.0},
              "ps1 w2": {"status": "converged", "completion_time_s": 60.0},
              "ps2 w1": {"status": "max_seconds", "completion_time_s": 95.0}}  # not converged: counts at the cap
@@ -143,7 +148,8 @@ def test_the_multihost_benchmark_compares_every_layout_with_the_tuned_job():
     assert summary["best"] == "ps1 w2" and summary["worst_s"] == 140.0 and summary["average_s"] == 100.0
     assert summary["tuned_over_best"] == pytest.approx(80 / 60) and summary["average_over_tuned"] == 1.25
     assert summary["captured"] == pytest.approx((100 - 80) / (100 - 60))  # half the way from average to best
-    text = multihost.markdown({"date": "d", "hosts": 3, "rate": "1gbit", "workload": "cnn", "cap_s": 140.0,
+    text = multihost.markdown({"date": "d", "hosts": 3, "rate": "1gbit", "workload": "cnn", "cap_s": 140.0, "random": 3,
                                "fixed": {k: dict(v, iterations=1) for k, v in fixed.items()},
                                "tuned": {"status": "converged", "completion_time_s": 80.0}, "summary": summary})
     assert "tfonline / best: 1.33x (target <= 1.1x)" in text and "captured: 50% (target >= 90%)" in text
+    assert "R = 3 fixed settings drawn from the whole knob space (seed 2026)" in text

@@ -141,16 +141,20 @@ def await_threads(address: str, index: int, intra: int, inter: int, timeout_s: f
     return False
 
 
-def restart_all(nodes: dict[int, tuple[str, int, int]], timeout_s: float) -> dict[int, bool]:
+def restart_all(nodes: dict[int, tuple[str, int, int]], timeout_s: float) -> dict[int, str | None]:
     """Asks each node (index: address, intra, inter) for its pools, and waits for all side by side.
 
-    Returns, per node, whether it serves them within ``timeout_s``.
+    Returns, per node, None once it serves them, else what went wrong.
     """
-    served = {index: False for index in nodes}
+    problems: dict[int, str | None] = {index: "did not answer in time" for index in nodes}
 
     def restart(index: int, address: str, intra: int, inter: int) -> None:
-        if request_threads(address, index, intra, inter):
-            served[index] = await_threads(address, index, intra, inter, timeout_s)
+        if not request_threads(address, index, intra, inter):
+            problems[index] = "does not answer a request for new thread pools"
+        elif await_threads(address, index, intra, inter, timeout_s):
+            problems[index] = None
+        else:
+            problems[index] = f"did not serve its new thread pools within {timeout_s:.0f} s"
 
     waits = [threading.Thread(target=restart, args=(index, *node), daemon=True, name="tfonline-restart")
              for index, node in nodes.items()]
@@ -158,4 +162,4 @@ def restart_all(nodes: dict[int, tuple[str, int, int]], timeout_s: float) -> dic
         wait.start()
     for wait in waits:
         wait.join(timeout_s + 2 * CALL_TIMEOUT_MS / 1000)
-    return served
+    return problems

@@ -73,10 +73,13 @@ def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable
         from tfonline._confine import check_listening
         from tfonline._node import _server_description, start_server
 
+        from tfonline._control import Watch
+
         server = start_server(addresses, index, *pools)
         check_listening(os.getpid(), int(addresses[index].rsplit(":", 1)[1]), bind, f"node {index}")
+        watch = Watch(server, index, *pools) if restartable else None  # its pools published before it says so
         print(json.dumps(_server_description(server)), flush=True)
-        asked = _await_request(server, index, pools, restartable)
+        asked = _await_request(watch, index)
     except Exception as e:  # noqa: BLE001 (said on stderr, as the command's own errors are)
         print(f"tfonline: error: {e}", file=sys.stderr, flush=True)
         return 1
@@ -86,13 +89,12 @@ def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable
     return RESTART_EXIT
 
 
-def _await_request(server, index: int, pools: tuple[int, int], restartable: bool) -> tuple[int, int]:
-    """Serves until the driver asks for other pools (never, when not ``restartable``); returns them."""
-    from tfonline._control import WATCH_S, Watch
+def _await_request(watch, index: int) -> tuple[int, int]:
+    """Serves until the driver asks for other pools (never, without a ``watch``); returns them."""
+    from tfonline._control import WATCH_S
 
-    while not restartable:
+    while watch is None:
         time.sleep(3600)  # in Python, not in server.join(): signal handlers run between sleeps
-    watch = Watch(server, index, *pools)
     while True:
         time.sleep(WATCH_S)
         try:

@@ -114,6 +114,7 @@ class Cluster:
     lost: frozenset[int] = frozenset()
     waiting: frozenset[int] = frozenset()  # named, but not serving yet: they join once they do
     joined: tuple[int, ...] = ()
+    left_out: frozenset[int] = frozenset()  # serve, but cannot join (ExistingCluster.join says why)
 
     @property
     def node_count(self) -> int:
@@ -123,7 +124,7 @@ class Cluster:
     def pool(self) -> list[int]:
         """The nodes the job may use, in order (see the class's description)."""
         first = [i for i in range(self.node_count) if i not in self.waiting and i not in self.joined]
-        return [i for i in first + list(self.joined) if i not in self.lost]
+        return [i for i in first + list(self.joined) if i not in self.lost and i not in self.left_out]
 
     def lose(self, index: int) -> None:
         """Takes node ``index`` out of the pool for good: it is no longer used, watched or reset."""
@@ -204,7 +205,8 @@ class ExistingCluster(Cluster):
 
         Raises:
             ConfigurationError: the nodes cannot restart, and the pools differ from theirs.
-            NodeFailedError: a node did not serve its new pools within :data:`RESTART_TIMEOUT_S`.
+            NodeFailedError: a node does not answer, or did not serve its new pools within
+                :data:`RESTART_TIMEOUT_S`.
         """
         changes = {i: t for i, t in changes.items() if self._threads[i] != t}
         if changes and not self.restartable:
@@ -219,14 +221,15 @@ class ExistingCluster(Cluster):
         with self._lock:
             self._restarting |= set(changes)
         try:
-            served = _control.restart_all({i: (self.addresses[i], t.intra_op_parallelism_threads,
-                                               t.inter_op_parallelism_threads) for i, t in changes.items()},
-                                          RESTART_TIMEOUT_S)
-            for index in changes:
-                if not served[index]:
-                    raise NodeFailedError(f"node {index} ({self.addresses[index]}) did not serve its new thread "
-                                          f"pools within {RESTART_TIMEOUT_S:.0f} s", index)
-                self._threads[index] = changes[index]
+            problems = _control.restart_all({i: (self.addresses[i], t.intra_op_parallelism_threads,
+                                                 t.inter_op_parallelism_threads) for i, t in changes.items()},
+                                            RESTART_TIMEOUT_S)
+            for index, problem in problems.items():
+                if problem is None:
+                    self._threads[index] = changes[index]
+            for index, problem in problems.items():
+                if problem is not None:
+                    raise NodeFailedError(f"node {index} ({self.addresses[index]}) {problem}", index)
         finally:
             with self._lock:
                 self._restarting -= set(changes)
@@ -257,6 +260,7 @@ class ExistingCluster(Cluster):
                 logger.warning("node %d (%s) serves but cannot restart with new thread pools, as the others can: "
                                "the job goes on without it", i, self.addresses[i])
                 serving.remove(i)
+                self.left_out = self.left_out | {i}
                 continue
             self._threads[i] = NodeThreads(*published) if self.restartable else self._fixed
         self.joined = self.joined + tuple(serving)
