@@ -5,15 +5,15 @@ a new server. The embedded cluster starts that itself; a node started
 elsewhere restarts itself, when the driver asks it to, through the one channel
 the two already share: the node's own TensorFlow server.
 
-- When it serves, the node writes its pools into the variable
+- Before it says it serves, the node writes its pools into the variable
   ``threads`` (int64 ``[intra, inter]``) of the container ``tfonline-control``
-  on its own device, and then reads that container's ``request`` variable
-  every :data:`WATCH_S`.
+  on its own device (:class:`Watch`); then it reads that container's
+  ``request`` variable every :data:`WATCH_S`.
 - The driver writes the pools it wants into ``request``
   (:func:`request_threads`). The node, seeing pools that differ from its own,
-  replaces itself by the same command with the new pools (``exec``: the same
-  process, the same port) and writes them into ``threads`` once it serves
-  again, which the driver waits for (:func:`await_threads`).
+  makes way for a new server with them on the same port
+  (:mod:`tfonline._given_node`), which writes them into ``threads``: the
+  driver waits for that (:func:`await_threads`).
 
 Who may ask: only a client that can run TensorFlow ops on the node. Such a
 client can already do anything the node's user can (read and write files,

@@ -71,9 +71,8 @@ def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable
             return 1
     try:
         from tfonline._confine import check_listening
-        from tfonline._node import _server_description, start_server
-
         from tfonline._control import Watch
+        from tfonline._node import _server_description, start_server
 
         server = start_server(addresses, index, *pools)
         check_listening(os.getpid(), int(addresses[index].rsplit(":", 1)[1]), bind, f"node {index}")

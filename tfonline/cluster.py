@@ -255,14 +255,14 @@ class ExistingCluster(Cluster):
         serving = [i for i in sorted(self.waiting) if port_answers(self.addresses[i], timeout_s=0.2)]
         self.waiting = self.waiting - set(serving)
         for i in list(serving):
-            published = _control.read_threads(self.addresses[i], i)
+            published = _control.read_threads(self.addresses[i], i) if self.restartable else None
             if self.restartable and published is None:
                 logger.warning("node %d (%s) serves but cannot restart with new thread pools, as the others can: "
                                "the job goes on without it", i, self.addresses[i])
                 serving.remove(i)
                 self.left_out = self.left_out | {i}
                 continue
-            self._threads[i] = NodeThreads(*published) if self.restartable else self._fixed
+            self._threads[i] = self._fixed if published is None else NodeThreads(*published)
         self.joined = self.joined + tuple(serving)
         return serving
 
