@@ -139,8 +139,9 @@ def test_the_multihost_benchmark_compares_fixed_settings_with_the_tuned_job():
     assert list(multihost.fixed_settings(3, 0)) == ["ps1 w1", "ps1 w2", "ps2 w1"]
     drawn = multihost.fixed_settings(4, 5)  # the paper's protocol: from the whole knob space, threads too
     assert len(drawn) == 5 and all(s["ps"] + s["worker"] <= 4 for s in drawn.values())
-    assert drawn == multihost.fixed_settings(4, 5) and len({s["intra_op_parallelism_threads"] for s in drawn.values()
-                                                            } | {s["global_jit_level"] for s in drawn.values()}) > 2
+    assert drawn == multihost.fixed_settings(4, 5)  # the same draw each time
+    assert len({s["intra_op_parallelism_threads"] for s in drawn.values()}) == 2  # both pools of this 2-core driver
+    assert len({s["global_jit_level"] for s in drawn.values()}) > 1
     fixed = {"ps1 w1": {"status": "converged", "completion_time_s": 100.0},
              "ps1 w2": {"status": "converged", "completion_time_s": 60.0},
              "ps2 w1": {"status": "max_seconds", "completion_time_s": 95.0}}  # not converged: counts at the cap
