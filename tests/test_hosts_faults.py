@@ -40,7 +40,7 @@ def hosts(monkeypatch):
 
 
 # Segments of at least 6 s: the first decision comes after the cut has been dealt with (a node lost during a
-# switch fails the job: the switch may have left variables half-moved).
+# switch sends the job back to its latest checkpoint, tests/test_lost_nodes.py's case: not this test's).
 TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 40, "min_segment_s": 6,
           "exploration_budget": None, "resume": False}
 

@@ -8,8 +8,10 @@ import signal
 import sqlite3
 import tempfile
 
+import numpy as np
+import pytest
 from conftest import after_iterations, node_processes
-from jobs import QuadraticJob, TinyLogR
+from jobs import CounterJob, QuadraticJob, TinyLogR
 
 from tfonline.cli import main
 
@@ -111,3 +113,67 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
     assert len(losses["worker"]) == len(losses["ps"]) == len(losses["whole"]) == 150
     assert losses["worker"] == losses["whole"]
     assert losses["ps"] == losses["whole"]
+
+
+@pytest.mark.parametrize("mode, when, victim, role", [("async", "switch", 2, "worker"), ("async", "transition", 1, "ps"),
+                                                     ("sync", "switch", 2, "worker")])
+def test_a_node_lost_during_a_switch_sends_the_job_back_to_its_checkpoint(db_path, mode, when, victim, role):
+    """ps1 w1 -> ps2 w1 on three nodes of the job's own (ps node 0, worker node 1 -> ps nodes 0 and 1, worker
+    node 2), live when asynchronous. Killed as the switch begins: the new worker (2), whose sessions the switch
+    opens; or, as the moved counter's transition ends (ODMR), the new ps (1) the counter moved to. (A ps of both
+    settings killed as the switch begins is lost either way: the switch, which opens its sessions on the new
+    worker, may end before the ps is missed.)
+
+    What the switch left is not trusted: the job goes back to its latest checkpoint on the nodes left (ps1 w1)
+    and trains on. CounterJob's loss says how many pushes the counter holds: had a half-moved or lost block
+    been trained on, the counter would not count the steps.
+    """
+    from tfonline.reconfig.tensorflow import TensorFlowReconfig
+
+    killed = []
+
+    class KillAt(TensorFlowReconfig):
+        def kill(self):
+            if not killed:
+                killed.append(self.engine.cluster.node_pids[victim])
+                os.kill(killed[0], signal.SIGKILL)
+
+        def apply(self, old, new, plan, context):
+            if when == "switch":
+                self.kill()
+            return super().apply(old, new, plan, context)
+
+        def settle(self, setting, swap):
+            if when == "transition":
+                self.kill()
+            super().settle(setting, swap)
+
+    before = node_processes()
+    result = CounterJob().run(setting={"ps": 1, "worker": 1}, db=db_path, nodes=3, max_steps=300, quiet=True,
+                              mode=mode, schedule=[(100, {"ps": 2})], backend=KillAt, checkpoint_every_s=0.2)
+    assert killed and result.iterations == 300 and result.stop_reason == "max_steps (300) reached"
+    assert node_processes() == before  # every node it started is stopped
+    (at, lost_as, cause, action), = _rows(db_path, "select step, role, cause, action from node_losses")
+    assert lost_as == role and at >= 100
+    assert re.fullmatch(rf"node {victim} \(127\.0\.0\.1:\d+\) died during the job with exit code -9", cause)
+    during = {2: "the switch from ps1 w1 .* to ps2 w1 .*", 1: "the move of variables to their new nodes"}[victim]
+    went = re.fullmatch(rf"lost during {during}; the job went back to (its start \(no checkpoint yet\)|its "
+                        rf"checkpoint at step (?P<back>\d+)) and went on as ps1 w1; (?P<lost>\d+) steps of "
+                        rf"training lost", action)
+    assert went, action
+    back = int(went["back"] or 0)
+    assert back <= at and int(went["lost"]) == at - back
+    assert _rows(db_path, "select count(*), count(distinct step), max(step) from iterations") == [(300, 300, 300)]
+    # One worker, pushing 1 at a time: the counter read at step k holds the k - 1 pushes before it. After the
+    # way back, it holds what the checkpoint read: a synchronous job's checkpoint is read between two steps,
+    # an asynchronous job's while its worker trains on (a few pushes more than its step); from there, every
+    # push counts. A block trained on half-moved, or not restored, would leave it far off (at 0, had it
+    # started again from its initial value).
+    rows = np.array(_rows(db_path, "select step, loss from iterations order by step"))
+    offset = (1000.0 - rows[:, 1]) - (rows[:, 0] - 1)
+    before, after = offset[rows[:, 0] <= back], offset[rows[:, 0] > back]
+    assert np.all(before == 0), rows[rows[:, 0] <= back][before != 0]
+    assert np.ptp(after) <= 1 and 0 <= after[0] <= (0 if mode == "sync" else 20), (back, after)
+    (last,), = _rows(db_path, "select s.short from segments g join settings s on s.id = g.setting_id "
+                              "order by g.segment desc limit 1")
+    assert last.startswith("ps1 w1")

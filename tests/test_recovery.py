@@ -2,11 +2,12 @@
 
 The jobs that lose real nodes are in tests/test_lost_nodes.py, tests/test_training.py and
 tests/test_hosts_faults.py; here the judgement alone, on layouts the cluster tests cannot all reach (a node
-lost while variables move, too few nodes for any ps and worker).
+lost while a switch is made or its variables move, too few nodes for any ps and worker).
 """
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -18,13 +19,18 @@ from tfonline.exceptions import NodeFailedError
 pytestmark = pytest.mark.fast  # no TensorFlow cluster
 
 
-def _recovery(setting, pool, in_transition=False, checkpoint=None):
-    """A Recovery of a job on ``setting`` over the nodes ``pool``; ``checkpoint`` (step) its latest one."""
-    engine = SimpleNamespace(layout=Layout.from_setting(setting, pool), cluster=SimpleNamespace(pool=list(pool)))
+def _recovery(setting, pool, in_transition=False, checkpoint=None, moved_from=()):
+    """A Recovery of a job on ``setting`` over the nodes ``pool``; ``checkpoint`` (step) its latest one; in a
+    transition, the moved variables come from the nodes ``moved_from``."""
+    engine = SimpleNamespace(layout=Layout.from_setting(setting, pool), cluster=SimpleNamespace(pool=list(pool)),
+                             layout_of=lambda s: Layout.from_setting(s, pool))
     keeper = SimpleNamespace(latest=None, latest_saved=None)
     if checkpoint is not None:
         keeper.latest, keeper.latest_saved = f"model.ckpt-{checkpoint}", {"step": checkpoint}
-    return Recovery(engine, SimpleNamespace(in_transition=in_transition), recorder=None, knobs={}, keeper=keeper)
+    moving = [SimpleNamespace(sources=[SimpleNamespace(device=f"/job:node/task:{node}/device:CPU:0")])
+              for node in moved_from]
+    backend = SimpleNamespace(in_transition=in_transition, moving=moving)
+    return Recovery(engine, backend, recorder=None, knobs={}, keeper=keeper)
 
 
 def _lost(node):
@@ -59,11 +65,50 @@ def test_a_ps_node_lost_before_any_checkpoint_sends_the_job_back_to_its_start():
     assert lost.action == "the job went back to its start (no checkpoint yet) and went on as ps1 w1"
 
 
+@pytest.mark.parametrize("setting, pool, node, moved_from, role, new", [
+    ({"ps": 1, "worker": 2}, [0, 1, 2], 2, [0], "worker", {"ps": 1, "worker": 1}),  # even a worker: back
+    ({"ps": 2, "worker": 1}, [0, 1, 2, 3], 0, [0], "ps", {"ps": 2, "worker": 1}),  # node 3 takes its place
+    ({"ps": 1, "worker": 1}, [0, 1, 2, 3], 3, [3, 2], "ps", {"ps": 1, "worker": 1}),  # a moved block's source
+])
+def test_a_node_lost_while_variables_move_sends_the_job_back_to_its_checkpoint(setting, pool, node, moved_from,
+                                                                               role, new):
+    """In an ODMR transition a step may be creating a moved variable: from a node that the new layout leaves
+    idle too."""
+    lost = _recovery(setting, pool, in_transition=True, checkpoint=50, moved_from=moved_from).judge(
+        _lost(node), setting)
+    assert (lost.role, lost.new, lost.back.step, lost.paused) == (role, new, 50, False)
+    assert lost.action == ("lost during the move of variables to their new nodes; the job went back to its "
+                           f"checkpoint at step 50 and went on as ps{new['ps']} w{new['worker']}")
+    idle = _recovery(setting, pool, in_transition=True, moved_from=moved_from).judge(_lost(9), setting)
+    assert (idle.role, idle.new) == ("idle", None)  # neither used nor a source
+
+
+@pytest.mark.parametrize("node, role", [
+    (0, "ps"),  # a ps of both settings
+    (1, "worker"),  # the old worker, a ps of the new setting: its old role
+    (2, "ps"),  # idle before, a ps of the new setting
+    (3, "worker"),  # idle before, the new setting's worker
+])
+def test_a_node_lost_while_a_switch_is_made_sends_the_job_back_to_its_checkpoint_on_the_new_setting(node, role):
+    """ps1 w1 -> ps3 w1 on four nodes (node 0 the ps, 1 the worker -> nodes 0-2 the ps, 3 the worker): the
+    job goes on with the new setting, one ps fewer, on the three left."""
+    from tfonline._switcher import FailedSwitch
+    from tfonline.setting import resolve_setting
+
+    old, target = resolve_setting({"ps": 1, "worker": 1}, 4, 2), resolve_setting({"ps": 3, "worker": 1}, 4, 2)
+    error = FailedSwitch("during the switch", _lost(node))
+    lost = _recovery(old, [0, 1, 2, 3], checkpoint=80).judge_switch(error, old, target)
+    assert (lost.node, lost.role, lost.old, lost.paused, lost.back.step) == (node, role, old, True, 80)
+    assert lost.new == dict(target, ps=2)
+    assert lost.cause == f"node {node} (127.0.0.1:1) died during the job with exit code -9"  # the node's own
+    assert re.fullmatch(r"lost during the switch from ps1 w1 \S.* to ps3 w1 \S.*; the job went back to its "
+                        r"checkpoint at step 80 and went on as ps2 w1", lost.action), lost.action
+
+
 @pytest.mark.parametrize("setting, pool, node, transition, message", [
     ({"ps": 1, "worker": 1}, [0, 1], 1, False, "; it was the job's only worker"),
     ({"ps": 1, "worker": 1}, [0, 1], 0, False, "; no node is left for both a ps and a worker"),
-    ({"ps": 1, "worker": 2}, [0, 1, 2], 2, True, ", while variables moved to their new nodes"),
-    ({"ps": 2, "worker": 1}, [0, 1, 2], 0, True, ", while variables moved to their new nodes"),
+    ({"ps": 1, "worker": 1}, [0, 1], 1, True, "; no node is left for both a ps and a worker"),
 ])
 def test_a_loss_the_job_cannot_go_on_from_fails_it_naming_the_node_and_why(setting, pool, node, transition, message):
     with pytest.raises(NodeFailedError) as raised:

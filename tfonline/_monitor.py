@@ -22,7 +22,7 @@ from tfonline._eta import Progress
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline._state import Stop, TrainingState
-from tfonline._switcher import Switcher
+from tfonline._switcher import FailedSwitch, Switcher
 from tfonline._workers import Workers
 from tfonline.exceptions import NodeFailedError, TfOnlineError, essence
 from tfonline.tuner.manager import Decision, SegmentRun
@@ -88,7 +88,12 @@ class Monitor:
                     self._recover(lost)
                     if lost.back is not None:
                         continue
-                self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
+                old = state.setting
+                try:
+                    self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
+                except FailedSwitch as e:
+                    self._back_without(e, old, switch.candidate)
+                    continue
                 if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
                     with self.tuner_faults():
                         self.manager.observe(self.switcher.observed)
@@ -184,13 +189,33 @@ class Monitor:
             self.recovery.take_out(lost, state.step, state.sync)
             return None
         self._lost = lost
-        self._abandon_workers_on(lost.node)
+        if lost.back is not None:  # the job goes back: no step of the layout it leaves is waited for
+            self.workers.abandon_all()
+        else:
+            self._abandon_workers_on(lost.node)
         self.workers.pause.set()
         state.take_failure()  # a worker's step that failed on the lost node, before its thread was given up
-        if not self._tuner.idle(TUNER_STUCK_S):  # a decision, or a switch prepared ahead, waits on the node
-            logger.warning("the tuner's call in flight waits on lost node %d: given up", lost.node)
-            self._tuner, self._deciding = DaemonExecutor("tfonline-tuner"), None
+        self._give_up_stuck_tuner(lost.node)
         return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
+
+    def _back_without(self, error: FailedSwitch, old: dict, new: dict) -> None:
+        """A node lost while the switch from ``old`` to ``new`` was made: the job goes back to its latest
+        checkpoint without it (:meth:`Recovery.judge_switch`), or fails when it cannot. The workers a live
+        switch left running are given up on: what they train from now is lost anyway."""
+        if self.recovery is None:
+            raise error
+        lost = self.recovery.judge_switch(error, old, new)
+        self.workers.abandon_all()
+        self.state.take_failure()
+        self._give_up_stuck_tuner(lost.node)
+        self._recover(lost)
+
+    def _give_up_stuck_tuner(self, node: int) -> None:
+        """A tuner's decision, or a switch prepared ahead, still running after :data:`TUNER_STUCK_S` waits on
+        lost node ``node``: it is given up."""
+        if not self._tuner.idle(TUNER_STUCK_S):
+            logger.warning("the tuner's call in flight waits on lost node %d: given up", node)
+            self._tuner, self._deciding = DaemonExecutor("tfonline-tuner"), None
 
     def _give_up_on(self, node: int | None) -> None:
         """The job fails on lost node ``node``: the workers whose steps wait on it, and the sessions it is the

@@ -18,9 +18,15 @@ happens depends on what the node was under the current setting:
   on from there on the same setting, or with one ps (else one worker) fewer
   when the nodes left cannot hold it, on the nodes left. The training since
   the checkpoint is lost: at most ``checkpoint_every_s`` of it.
-- **the last worker**, a node lost while variables moved (an ODMR
-  transition), or the last ps and worker: the job stops, failed, as
-  before; it can be resumed from its latest checkpoint
+- **any node a switch needed, lost while the switch was made** (its
+  sessions opened, variables moved, threads restarted), or while ODMR's
+  moved variables were still being created (its transition): what the
+  switch left is not trusted, so the job goes back to its latest
+  checkpoint as for a ps node, on the switch's new setting (one ps, else
+  one worker, fewer when the nodes left cannot hold it). A switch that did
+  not need the node ends first, and the node is then judged as above.
+- **the last worker**, or the last ps and worker: the job stops, failed,
+  as before; it can be resumed from its latest checkpoint
   (``run(resume=True)``).
 
 A ps node is judged lost only once it cannot be reached (its process gone,
@@ -52,6 +58,7 @@ from tfonline.exceptions import NodeFailedError
 from tfonline.placement import balanced_placement
 from tfonline.reconfig import Reconfig
 from tfonline.reconfig.plan import Plan, plan
+from tfonline.setting import short_form
 
 logger = logging.getLogger("tfonline")
 
@@ -79,7 +86,9 @@ class Lost:
     old: dict[str, Any]
     new: dict[str, Any] | None  # the setting the job switches to (None: it stays)
     plan: Plan | None
-    back: Back | None = None  # a ps node's: where the job goes back to
+    back: Back | None = None  # a ps node's, or one lost during a switch: where the job goes back to
+    during: str | None = None  # the switch it was lost during ("the switch to ps2 w1"), if any
+    paused: bool = False  # the workers had stopped for that switch: no step was in flight
 
     @property
     def action(self) -> str:
@@ -88,9 +97,10 @@ class Lost:
         on = f"ps{self.new['ps']} w{self.new['worker']}"
         if self.back is None:
             return f"the job went on as {on}: TDR over the worker(s) left"
+        lost = f"lost during {self.during}; " if self.during else ""
         if self.back.path is None:
-            return f"the job went back to its start (no checkpoint yet) and went on as {on}"
-        return f"the job went back to its checkpoint at step {self.back.step} and went on as {on}"
+            return f"{lost}the job went back to its start (no checkpoint yet) and went on as {on}"
+        return f"{lost}the job went back to its checkpoint at step {self.back.step} and went on as {on}"
 
 
 class Recovery:
@@ -111,23 +121,44 @@ class Recovery:
         node, layout = error.node_index, self.engine.layout
         if node is None or layout is None:
             raise error  # the fork server
-        if node not in layout.ps_nodes + layout.worker_nodes:
-            return Lost(node, "idle", None, str(error), dict(setting), None, None)
-        if self.backend.in_transition:
-            raise NodeFailedError(f"{error}, while variables moved to their new nodes", node) from None
+        cause = str(getattr(error, "node_error", error))  # a FailedSwitch's: the node's own
+        # The nodes that hold variables: the ps nodes, and in a transition those the moved variables come from.
+        holding = set(layout.ps_nodes) | {node_of(source.device) for move in self.backend.moving
+                                          for source in move.sources}
+        if node not in holding and node not in layout.worker_nodes:
+            return Lost(node, "idle", None, cause, dict(setting), None, None)
+        if self.backend.in_transition:  # a step may have been creating a moved variable on it, or from it
+            return self._back(error, cause, "ps" if node in holding else "worker", setting, setting,
+                              "the move of variables to their new nodes")
         if node in layout.ps_nodes:
-            return self._without_ps(error, setting)
+            return self._back(error, cause, "ps", setting, setting)
         if len(layout.worker_nodes) < 2:
             raise NodeFailedError(f"{error}; it was the job's only worker", node) from None
         new = dict(setting, worker=setting["worker"] - 1)
-        return Lost(node, "worker", layout.worker_nodes.index(node), str(error), dict(setting), new,
+        return Lost(node, "worker", layout.worker_nodes.index(node), cause, dict(setting), new,
                     plan(self.knobs, setting, new, "online"))
 
-    def _without_ps(self, error: NodeFailedError, setting: dict[str, Any]) -> Lost:
-        """A ps node's loss: back to the latest checkpoint, on the setting if the nodes left hold it, else with
-        one ps fewer, else one worker fewer."""
+    def judge_switch(self, error, old: dict[str, Any], new: dict[str, Any]) -> Lost:
+        """What the job does without the node that ``error`` (a :class:`~tfonline._switcher.FailedSwitch`)
+        names, lost while the switch from ``old`` to ``new`` was made (its workers stopped): back to the
+        latest checkpoint on ``new`` (or as much of it as the nodes left hold). Raises ``error`` when it
+        cannot go on."""
+        node = error.node_index
+        if node is None:
+            raise error
+        role = "idle"
+        for setting in (new, old):  # its role under the old setting, else under the new one
+            layout = self.engine.layout_of(setting)  # the node is still in the pool
+            role = "ps" if node in layout.ps_nodes else "worker" if node in layout.worker_nodes else role
+        return self._back(error, str(error.node_error), role, old, new,
+                          f"the switch from {short_form(old)} to {short_form(new)}", paused=True)
+
+    def _back(self, error: NodeFailedError, cause: str, role: str, old: dict[str, Any], base: dict[str, Any],
+              during: str | None = None, paused: bool = False) -> Lost:
+        """A loss the job goes back to its latest checkpoint for, on ``base`` if the nodes left hold it, else
+        with one ps fewer, else one worker fewer."""
         left = len(self.engine.cluster.pool) - 1
-        new = dict(setting)
+        new = dict(base)
         for knob in ("ps", "worker"):
             if new["ps"] + new["worker"] > left and new[knob] > 1:
                 new[knob] -= 1
@@ -135,7 +166,7 @@ class Recovery:
             raise NodeFailedError(f"{error}; no node is left for both a ps and a worker", error.node_index) from None
         keeper = self.keeper
         back = Back(keeper.latest, keeper.latest_saved) if keeper is not None and keeper.latest else Back(None, None)
-        return Lost(error.node_index, "ps", None, str(error), dict(setting), new, None, back)
+        return Lost(error.node_index, role, None, cause, dict(old), new, None, back, during, paused)
 
     def take_out(self, lost: Lost, step: int, sync: bool) -> None:
         """Takes ``lost``'s node out of the pool and records it; for a worker or a ps node, once the other
@@ -147,7 +178,7 @@ class Recovery:
         self._leave(lost, step, action)
         if lost.new is not None:
             self.backend.discard()
-            if sync:
+            if sync and not lost.paused:
                 self._discard_step(lost)
 
     def ended(self, lost: Lost, step: int) -> None:
@@ -165,7 +196,7 @@ class Recovery:
         self.recorder.node_joined(step=step, node=node, address=address)
 
     def go_back(self, lost: Lost, state, start_workers) -> None:
-        """After a lost ps node (taken out): the job goes back to ``lost.back`` on ``lost.new``'s nodes.
+        """After a lost ps node, or one lost during a switch (taken out): the job goes back to ``lost.back`` on ``lost.new``'s nodes.
 
         Every session of the old layout is let go (each used the lost node);
         the repository is rewound to the checkpoint's step; the new setting's
@@ -175,6 +206,7 @@ class Recovery:
         """
         engine, back, new = self.engine, lost.back, lost.new
         engine.let_go_all()
+        self.backend.abandon()  # a switch it was lost during, or that switch's transition
         self.recorder.rewind(back.step)
         engine.input_position = back.saved["input_position"] if back.saved is not None else 0
         engine.cluster.set_threads_of({node: threads_of(new) for node in engine.nodes_of(new)})

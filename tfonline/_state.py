@@ -255,17 +255,18 @@ class TrainingState:
     # -- switches ------------------------------------------------------------
 
     def publish(self, new: dict[str, Any], steps: list, apply, observe: bool,
-                then: Callable[[], Any]) -> SegmentRun | None:
+                then: Callable[[], Any], unless: threading.Event | None = None) -> SegmentRun | None:
         """Makes ``new`` the job's setting, with the workers' ``steps``; returns the old segment's run for the
         tuner (when ``observe`` and it has points).
 
-        At once, under the lock: the old setting's segment ends and the new
-        one's starts, and every worker takes its next step on ``steps``. A
-        step already running finishes on the old graphs and is counted for
-        the old setting. ``then`` runs under the lock after it (it starts the
-        threads of new workers).
+        At once, under the lock: the old setting's segment ends and the new one's starts, and every worker
+        takes its next step on ``steps``. A step already running finishes on the old graphs and is counted
+        for the old setting. ``then`` runs under the lock after it (it starts the threads of new workers).
+        Once ``unless`` is set (a switch given up on), nothing is published.
         """
         with self.lock:
+            if unless is not None and unless.is_set():
+                return None
             observed = self.segment_run() if self.points and observe else None
             ended = self._end_segment()
             self._late_as = (self.setting_id, self.segment)

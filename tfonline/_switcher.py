@@ -26,10 +26,21 @@ logger = logging.getLogger("tfonline")
 
 # A switch that has not finished after this long fails the job (a switch takes seconds at most).
 SWITCH_TIMEOUT_S = 120.0
+# A switch's call still running this long after a node is found dead waits on it: it is given up.
+STUCK_S = 2.0
 # A live switch's old workers may train on for this many times the last live switch's time to open (1 s
 # before the first, at most OPENING_CAP_S), and at most MAX_ALLOWANCE steps each: the batches they may read
 # then, the new input passes over (read or not), so the allowance bounds the data a switch passes over.
 OPENING_MARGIN, FIRST_OPENING_S, OPENING_CAP_S, MAX_ALLOWANCE = 1.5, 1.0, 30.0, 64
+
+
+class FailedSwitch(NodeFailedError):
+    """A node was lost while a switch, or a job's way back after a loss, was made (:meth:`Switcher.watched`);
+    ``node_error`` is the node's own failure."""
+
+    def __init__(self, message: str, node_error: NodeFailedError):
+        super().__init__(message, node_error.node_index)
+        self.node_error = node_error
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Switcher:
         origin = state.switch_origin()
         self.observed = None
         old = state.setting
+        given_up = threading.Event()  # set by watched, under the state's lock: nothing is published after
 
         def switch() -> None:
             if self.backend.in_transition:  # the last switch's moved variables: settled first
@@ -96,11 +108,15 @@ class Switcher:
                 self.opening_s = min(time.monotonic() - opening, OPENING_CAP_S)
             self.recorder.setting(new)
             # A live switch's new workers start at the publish; after a pause, all of them.
-            self.observed = state.publish(new, switched.steps, switched.apply, observe, then=self.workers.start_locked)
+            self.observed = state.publish(new, switched.steps, switched.apply, observe, then=self.workers.start_locked,
+                                          unless=given_up)
+            if given_up.is_set():
+                return
             self.made = _Made(state.step, old, new, how, switched.bytes_moved, origin,
                               tuple(sorted(switch_parts(self.knobs, old, new))))
 
-        self.watched(switch, f"the switch from {short_form(old)} to {short_form(new)} at step {state.step}")
+        self.watched(switch, f"the switch from {short_form(old)} to {short_form(new)} at step {state.step}",
+                     given_up)
 
     def allowance(self, pace_s: float | None) -> int:
         """The steps each of a live switch's old workers may still start while the new setting opens: as
@@ -118,16 +134,20 @@ class Switcher:
         """Ends a switch's transition (:meth:`Reconfig.settle`): the workers go on to the steps it hands over."""
         self.backend.settle(self.state.setting, self.state.swap_steps)
 
-    def watched(self, call: Callable[[], None], what: str) -> None:
+    def watched(self, call: Callable[[], None], what: str, given_up: threading.Event | None = None) -> None:
         """Runs ``call`` (TensorFlow calls of a switch) in a helper thread while this thread watches the nodes.
 
         A TensorFlow call that needs a node which died blocks for good (gRPC
         keeps retrying it), and Python cannot interrupt a thread inside one.
         So the call runs beside this thread, which checks the nodes every
-        0.2 s: a node that dies mid-switch fails the job with a message naming
-        it, instead of hanging the driver or training on parameters the switch
-        left half-moved. The stuck helper thread is abandoned (a daemon); the
-        job's clean-up is bounded and stops the nodes it started.
+        0.2 s. When a node is found dead, the call has :data:`STUCK_S` more
+        to end: if it ends well, it did not need the node, and the monitor
+        takes the node out at its next check; else this raises
+        :class:`FailedSwitch` naming the node (the monitor goes back to the
+        latest checkpoint without it, see :mod:`tfonline._recovery`), and the
+        stuck helper thread is abandoned (a daemon). ``given_up`` is set then,
+        under the state's lock, so that a call that ends later publishes
+        nothing (:meth:`TrainingState.publish`).
         """
         outcome: list[BaseException] = []
         done = threading.Event()
@@ -144,7 +164,12 @@ class Switcher:
         deadline = time.monotonic() + SWITCH_TIMEOUT_S
         try:
             while not done.wait(0.2):
-                self.cluster.check_alive()
+                try:
+                    self.cluster.check_alive()
+                except NodeFailedError:
+                    if done.wait(STUCK_S) and not outcome:
+                        return  # it did not need the node
+                    raise
                 if time.monotonic() > deadline:
                     raise TfOnlineError(f"{what} did not finish within {SWITCH_TIMEOUT_S:.0f} s; the job stopped")
             if outcome:
@@ -156,8 +181,11 @@ class Switcher:
                                         f"{essence(outcome[0].message)}") from outcome[0]
                 raise outcome[0]
         except NodeFailedError as e:
-            raise NodeFailedError(f"{e}, during {what}; the job stopped rather than train on parameters "
-                                  f"the switch may have left half-moved", e.node_index) from None
+            if given_up is not None:
+                with self.state.lock:
+                    given_up.set()
+            raise FailedSwitch(f"{e}, during {what}; the job stopped rather than train on parameters "
+                               f"the switch may have left half-moved", e) from None
 
     def dead_node(self, within_s: float = 2.0) -> NodeFailedError | None:
         """The failure of a node that died, if one has within ``within_s`` (its exit can lag a TensorFlow error)."""

@@ -80,11 +80,18 @@ class Workers:
                 self.state.step_gate = threading.Lock()
         self.state.off(rank)
 
+    def abandon_all(self) -> None:
+        """:meth:`abandon` for every running worker (the job goes back to a checkpoint)."""
+        with self.state.lock:
+            ranks = list(self._threads)
+        for rank in ranks:
+            self.abandon(rank)
+
     def _given_up(self) -> bool:
         return threading.current_thread() in self._abandoned
 
     def _going(self) -> bool:
-        return not (self.state.stopped.is_set() or self.pause.is_set())
+        return not (self.state.stopped.is_set() or self.pause.is_set() or self._given_up())
 
     def _guard(self, loop, *args) -> None:
         state = self.state

@@ -75,6 +75,11 @@ class Reconfig(ABC):
     def discard(self) -> None:
         """Drops what :meth:`prepare` made, when the switch will not happen (default: nothing)."""
 
+    def abandon(self) -> None:
+        """A node was lost while a switch was prepared, made or in its transition: forgets all of it, as the
+        job goes back to a checkpoint in fresh sessions (default: :meth:`discard`)."""
+        self.discard()
+
     def live(self, old: dict[str, Any], new: dict[str, Any], plan: Plan) -> bool:
         """Whether the workers may go on training while the switch is made (default: no; they pause)."""
         return False

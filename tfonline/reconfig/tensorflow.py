@@ -87,8 +87,12 @@ class TensorFlowReconfig(Reconfig):
 
     def settle(self, setting: dict[str, Any], swap: Callable[[list, Any], None]) -> None:
         """Ends the transition (see :func:`odmr.settle`): ``swap`` hands the driver the steady-state steps."""
-        prepared, self._transition = self._transition, None
-        odmr.settle(self.engine, prepared, setting, swap)
+        odmr.settle(self.engine, self._transition, setting, swap)
+        self._transition = None  # not before: a node lost while it settles finds the job still in transition
+
+    def abandon(self) -> None:
+        self.discard()
+        self._transition = None
 
     def close(self) -> None:
         self.discard()
