@@ -115,3 +115,36 @@ def test_a_loss_the_job_cannot_go_on_from_fails_it_naming_the_node_and_why(setti
         _recovery(setting, pool, in_transition=transition, checkpoint=50).judge(_lost(node), setting)
     assert str(raised.value) == f"node {node} (127.0.0.1:1) died during the job with exit code -9{message}"
     assert raised.value.node_index == node
+
+
+def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_them_by_odmr_and_tdr():
+    """ps2 w1 on nodes 0-3 (node 3 idle); nodes 3 (idle) and 1 (a ps) say they leave. Two nodes are left, too
+    few for ps2 w1: the switch off them is to ps1 w1 on nodes 0 and 2, by ODMR and TDR, losing nothing."""
+    from tfonline.setting import knob_table, resolve_setting
+
+    setting = resolve_setting({"ps": 2, "worker": 1}, 4, 2)
+    recovery = _recovery(setting, [0, 1, 2, 3])
+    lost = []
+    recovery.engine.cluster.addresses = [f"127.0.0.1:{n}" for n in range(4)]
+    recovery.engine.cluster.lose = lambda node: (lost.append(node), recovery.engine.cluster.pool.remove(node))
+    recovery.knobs = knob_table(4, 2)
+    recovery.departures = SimpleNamespace(leaving=lambda: {3: 30, 1: 30})
+    switch = recovery.leaving(setting)
+    assert lost == [3, 1] and recovery.engine.cluster.pool == [0, 2]
+    idle, ps = recovery.departing
+    assert (idle.node, idle.role, idle.new, idle.action) == (3, "idle", None, "it was not in use; the job went on")
+    assert switch is ps and (ps.node, ps.role, ps.new) == (1, "ps", dict(setting, ps=1))
+    assert ps.cause == "node 1 (127.0.0.1:1) is leaving (a planned drain, 30 s)"
+    assert ps.action == "the job moved off it (ODMR, TDR) and went on as ps1 w1; nothing lost"
+    assert ps.plan.technique == "odmr+tdr" and ps.plan.types == ("I-a", "I-b")
+    # The same setting on other nodes is a switch too: ODMR and TDR move what the layout puts elsewhere.
+    recovery.departing = []
+    recovery.engine.cluster.pool[:] = [0, 1, 2, 3]
+    recovery.departures = SimpleNamespace(leaving=lambda: {0: 5})
+    switch = recovery.leaving(setting)
+    assert (switch.new, switch.plan.technique) == (setting, "odmr+tdr")
+    # A node the job cannot do without is let be: its loss, at its deadline, fails the job then.
+    two = _recovery(resolve_setting({"ps": 1, "worker": 1}, 4, 2), [0, 1])
+    two.engine.cluster.addresses = ["127.0.0.1:0", "127.0.0.1:1"]
+    two.departures = SimpleNamespace(leaving=lambda: {1: 30})
+    assert two.leaving(resolve_setting({"ps": 1, "worker": 1}, 4, 2)) is None and two.departing == []

@@ -15,6 +15,13 @@ the two already share: the node's own TensorFlow server.
   (:mod:`tfonline._given_node`), which writes them into ``threads``: the
   driver waits for that (:func:`await_threads`).
 
+- A node asked to leave (``tfonline node`` given SIGUSR1: a planned drain)
+  writes ``[1, drain_s]`` into ``leaving`` (``[0, 0]`` while it serves). The
+  driver, which reads ``leaving`` on each node of its pool every
+  :data:`LOOK_S` (:class:`Departures`), moves the job off the node and then
+  writes ``[2, 0]`` (:meth:`Departures.release`): the node stops. A node no
+  job releases stops ``drain_s`` after it was asked.
+
 Who may ask: only a client that can run TensorFlow ops on the node. Such a
 client can already do anything the node's user can (read and write files,
 end the process), so the request adds no power, and it is confined as the
@@ -29,8 +36,10 @@ import threading
 import time
 
 CONTAINER = "tfonline-control"
-THREADS, REQUEST = "threads", "request"
+THREADS, REQUEST, LEAVING = "threads", "request", "leaving"
+SERVING, GOING, RELEASED = 0, 1, 2  # the states of ``leaving``
 WATCH_S = 0.25
+LOOK_S = 1.0  # the driver reads every node's ``leaving`` this often
 MAX_THREADS = 1024
 CALL_TIMEOUT_MS = 5000
 
@@ -55,28 +64,114 @@ class Watch:
         self.own = (intra, inter)
         graph = tf.Graph()
         with graph.as_default():
-            mine, request = _handle(tf, index, THREADS), _handle(tf, index, REQUEST)
-            publish = tf.raw_ops.AssignVariableOp(resource=mine, value=tf.constant(self.own, tf.int64))
+            mine, request, leaving = (_handle(tf, index, name) for name in (THREADS, REQUEST, LEAVING))
+            publish = [tf.raw_ops.AssignVariableOp(resource=mine, value=tf.constant(self.own, tf.int64)),
+                       tf.raw_ops.AssignVariableOp(resource=leaving, value=tf.constant([SERVING, 0], tf.int64))]
             self._asked = tf.raw_ops.VarIsInitializedOp(resource=request)
             self._read = tf.raw_ops.ReadVariableOp(resource=request, dtype=tf.int64)
+            self._drain_s = tf.compat.v1.placeholder(tf.int64, [])
+            self._leave = tf.raw_ops.AssignVariableOp(resource=leaving, value=tf.stack([GOING, self._drain_s]))
+            self._left = tf.raw_ops.ReadVariableOp(resource=leaving, dtype=tf.int64)
         self._open = lambda: _session(tf, server.target, index, graph)
         self._lost = tf.errors.AbortedError
         self._session = self._open()
         self._session.run(publish)
 
-    def requested(self) -> tuple[int, int] | None:
-        """Pools the driver asked for that differ from this node's own, else None."""
+    def _run(self, fetch, feed=None):
         try:
-            asked = self._session.run(self._asked)
+            return self._session.run(fetch, feed)
         except self._lost:  # a job's reset of this node closed every session of its master, this one too
             self._session = self._open()
-            asked = self._session.run(self._asked)
-        if not asked:
+            return self._session.run(fetch, feed)
+
+    def requested(self) -> tuple[int, int] | None:
+        """Pools the driver asked for that differ from this node's own, else None."""
+        if not self._run(self._asked):
             return None
-        intra, inter = (int(v) for v in self._session.run(self._read))
+        intra, inter = (int(v) for v in self._run(self._read))
         if (intra, inter) == self.own or not (1 <= intra <= MAX_THREADS and 1 <= inter <= MAX_THREADS):
             return None
         return intra, inter
+
+    def leave(self, drain_s: int) -> None:
+        """Says that this node leaves within ``drain_s`` (a planned drain)."""
+        self._run(self._leave, {self._drain_s: drain_s})
+
+    def released(self) -> bool:
+        """Whether the driver has moved its job off this node since :meth:`leave`."""
+        return int(self._run(self._left)[0]) == RELEASED
+
+
+class Departures:
+    """The driver's side of a planned drain: which nodes say they are leaving, and their release.
+
+    A thread of its own reads ``leaving`` on each node of ``pool()`` every
+    :data:`LOOK_S` (never the monitor's thread: a node that does not answer
+    would hold it); :meth:`leaving` hands over each node found leaving once.
+    """
+
+    def __init__(self, addresses: list[str], pool):
+        self.addresses, self.pool = addresses, pool
+        self._found: dict[int, int] = {}  # node -> its drain_s, until handed over
+        self._handed: set[int] = set()
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._readers: dict[int, list] = {}  # node -> [graph, read op, session or None]: made once
+
+    def leaving(self) -> dict[int, int]:
+        """The nodes found leaving since the last call (node -> the seconds it said it waits)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._look, name="tfonline-departures", daemon=True)
+            self._thread.start()
+        with self._lock:
+            found, self._found = self._found, {}
+        return found
+
+    def release(self, index: int) -> bool:
+        """Tells node ``index`` that the job is off it: it stops. False when it does not answer."""
+
+        def write(tf):
+            assign = tf.raw_ops.AssignVariableOp(resource=_handle(tf, index, LEAVING),
+                                                 value=tf.constant([RELEASED, 0], tf.int64))
+            with tf.control_dependencies([assign]):
+                return tf.constant(True)
+
+        return _call(self.addresses[index], index, write, 2.0) is not None
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _look(self) -> None:
+        while not self._closed.wait(LOOK_S):
+            for index in self.pool():
+                state = self._state(index) if index not in self._handed else None
+                if state is not None and int(state[0]) == GOING:
+                    with self._lock:
+                        self._found[index] = int(state[1])
+                        self._handed.add(index)
+        for _, _, session in self._readers.values():
+            if session is not None:
+                with contextlib.suppress(Exception):
+                    session.close()
+
+    def _state(self, index: int):
+        """Node ``index``'s ``leaving``, through a session kept open; None when it cannot be read now."""
+        import tensorflow as tf
+
+        reader = self._readers.get(index)
+        if reader is None:
+            graph = tf.Graph()
+            with graph.as_default():
+                read = tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, LEAVING), dtype=tf.int64)
+            reader = self._readers[index] = [graph, read, None]
+        try:
+            if reader[2] is None:
+                reader[2] = _session(tf, "grpc://" + self.addresses[index], index, reader[0])
+            return reader[2].run(reader[1])
+        except tf.errors.OpError:  # a job's reset closed the session, or the node is gone: opened anew next time
+            reader[2] = None
+            return None
 
 
 def _call(address: str, index: int, build, timeout_s: float):

@@ -51,6 +51,8 @@ class Monitor:
         self.board = board  # a tfonline.tensorboard.EventWriter: the live TensorBoard events
         self.recovery = recovery  # a tfonline._recovery.Recovery: the job goes on without a lost node
         self._lost = None  # a lost worker, until the switch without it
+        self._drain = None  # a node that leaves (a planned drain), until the switch off it
+        self._first: str | None = None  # what came before the tuner's decision in flight, when a node went
         self.backend, self.cluster = switcher.backend, switcher.cluster
         self.recorder, self.progress, self.manager = recorder, progress, manager
         self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
@@ -88,7 +90,7 @@ class Monitor:
                     self._recover(lost)
                     if lost.back is not None:
                         continue
-                old = state.setting
+                old, drain, self._drain = state.setting, self._drain, None
                 try:
                     self.switcher.switch(switch.candidate, switch.plan, observe=self.manager is not None)
                 except FailedSwitch as e:
@@ -97,13 +99,18 @@ class Monitor:
                 if self.switcher.observed is not None and self.manager is not None:  # trained while it decided
                     with self.tuner_faults():
                         self.manager.observe(self.switcher.observed)
+                if drain is not None and self.manager is not None:
+                    with self.tuner_faults():
+                        self.manager.moved_to(drain.new)
         except NodeFailedError as e:  # during a switch: what waits on the node is not waited for
             self._give_up_on(e.node_index)
             raise
-        finally:  # workers a switch left running, when it failed; the tuner's last call
+        finally:  # workers a switch left running, when it failed; the tuner's last call; nodes that leave
             state.stopped.set()
             self.workers.join()
             self._tuner.shutdown(TUNER_WAIT_S)
+            if self.recovery is not None:
+                self.recovery.close(state.step)
         stop = state.stop
         if stop.error is not None and not isinstance(stop.error, NodeFailedError):
             # A worker's TensorFlow error may be the symptom of a dead node
@@ -147,6 +154,9 @@ class Monitor:
                     if switch is not None:
                         break
                     continue
+                switch = self._leaving()
+                if switch is not None:
+                    break
                 if self.manager is None:
                     if workers.pause.is_set() and not state.stopped.is_set():
                         self._resume_untuned()
@@ -173,8 +183,7 @@ class Monitor:
                 workers.join()
             workers.pause.clear()
             if self._deciding is not None:
-                self._take_decision(first="the job ended first" if switch is None else
-                                    f"node {self._lost.node} was lost first")
+                self._take_decision(first="the job ended first" if switch is None else self._first)
         return None if state.stopped.is_set() else switch
 
     def _without(self, error: NodeFailedError) -> Decision | None:
@@ -188,7 +197,7 @@ class Monitor:
         if lost.new is None:
             self.recovery.take_out(lost, state.step, state.sync)
             return None
-        self._lost = lost
+        self._lost, self._first = lost, f"node {lost.node} was lost first"
         if lost.back is not None:  # the job goes back: no step of the layout it leaves is waited for
             self.workers.abandon_all()
         else:
@@ -197,6 +206,17 @@ class Monitor:
         state.take_failure()  # a worker's step that failed on the lost node, before its thread was given up
         self._give_up_stuck_tuner(lost.node)
         return Decision(self.state.phase, lost.old, lost.new, True, lost.action, plan=lost.plan)
+
+    def _leaving(self) -> Decision | None:
+        """Nodes that said they are leaving (:meth:`Recovery.leaving`): the switch off those the setting uses
+        (the workers pause for it unless it is live), or None."""
+        lost = self.recovery.leaving(self.state.setting) if self.recovery is not None else None
+        if lost is None:
+            return None
+        self._drain, self._first = lost, f"node {lost.node} left first"
+        if not self.switcher.live(lost.new, lost.plan):
+            self.workers.pause.set()
+        return Decision(self.state.phase, dict(self.state.setting), lost.new, True, lost.action, plan=lost.plan)
 
     def _back_without(self, error: FailedSwitch, old: dict, new: dict) -> None:
         """A node lost while the switch from ``old`` to ``new`` was made: the job goes back to its latest
@@ -274,6 +294,9 @@ class Monitor:
                                   f"the move of variables to their new nodes after step {state.step}")
         if self.engine.retired and state.settled():  # no step runs on them any more
             self.engine.close_retired()
+        if self.recovery and self.recovery.departing and not (self.backend.in_transition or self.engine.retired) \
+                and state.settled():  # the job is off the nodes that leave: no step on them, nothing moves from them
+            self.recovery.release_departed(state.step)
         if self.keeper is not None and self.keeper.due() and not self.backend.in_transition:
             self.keeper.periodic()
         if self.board is not None and self.board.due():

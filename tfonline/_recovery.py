@@ -33,6 +33,13 @@ A ps node is judged lost only once it cannot be reached (its process gone,
 its port closed): while it answers, its variables can still move, and ODMR
 moves them at the next switch without loss.
 
+A node that says it is leaving (``tfonline node`` given SIGUSR1: a planned
+drain, :class:`tfonline._control.Departures`) still answers, so nothing of it
+is lost: it leaves the pool at once, the job switches off it by ODMR and TDR
+(to the same setting on the nodes left, or one ps, else one worker, fewer),
+and once no step uses it and nothing moves from it, the node is released and
+stops (:meth:`Recovery.leaving`, :meth:`Recovery.departed`).
+
 Each loss is a ``node_losses`` row: the node, its role, the step, the cause
 and what the job did (for a ps node, the steps of training lost).
 
@@ -52,12 +59,13 @@ import tensorflow as tf
 
 from tfonline import _graph, _resume
 from tfonline._calls import node_of, threads_of
+from tfonline._control import Departures
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline.exceptions import NodeFailedError
 from tfonline.placement import balanced_placement
 from tfonline.reconfig import Reconfig
-from tfonline.reconfig.plan import Plan, plan
+from tfonline.reconfig.plan import Plan, plan, relocation
 from tfonline.setting import short_form
 
 logger = logging.getLogger("tfonline")
@@ -89,12 +97,15 @@ class Lost:
     back: Back | None = None  # a ps node's, or one lost during a switch: where the job goes back to
     during: str | None = None  # the switch it was lost during ("the switch to ps2 w1"), if any
     paused: bool = False  # the workers had stopped for that switch: no step was in flight
+    drained: bool = False  # it said it was leaving, and the job moved off it without loss
 
     @property
     def action(self) -> str:
         if self.new is None:
             return "it was not in use; the job went on"
         on = f"ps{self.new['ps']} w{self.new['worker']}"
+        if self.drained:
+            return f"the job moved off it (ODMR, TDR) and went on as {on}; nothing lost"
         if self.back is None:
             return f"the job went on as {on}: TDR over the worker(s) left"
         lost = f"lost during {self.during}; " if self.during else ""
@@ -115,6 +126,68 @@ class Recovery:
     def __init__(self, engine: Engine, backend: Reconfig, recorder: Recorder, knobs, space=None, keeper=None):
         self.engine, self.backend, self.recorder, self.knobs, self.space = engine, backend, recorder, knobs, space
         self.keeper = keeper
+        cluster = engine.cluster
+        # Nodes of `tfonline node` (a restartable given cluster) can say they are leaving.
+        self.departures = (Departures(cluster.addresses, lambda: cluster.pool)
+                           if getattr(cluster, "restartable", False) else None)
+        self.departing: list[Lost] = []  # nodes out of the pool, until the job is off them (then released)
+
+    def leaving(self, setting: dict[str, Any]) -> Lost | None:
+        """Takes the nodes that said they are leaving out of the pool (the job, on ``setting``, keeps its
+        layout until the switch off them); returns the switch off those it uses (the last one's
+        :class:`Lost`: its new setting holds on the nodes left, its plan is :func:`relocation`), or None.
+        A node the job cannot do without (no ps and worker would be left) is let be: it stops at its own
+        deadline, and its loss fails the job then."""
+        if self.departures is None:
+            return None
+        found, engine, target = [], self.engine, setting  # several at once: each switch's target from the last
+        for node, drain_s in self.departures.leaving().items():
+            layout = engine.layout
+            cause = f"node {node} ({engine.cluster.addresses[node]}) is leaving (a planned drain, {drain_s} s)"
+            if layout is None or node not in layout.ps_nodes + layout.worker_nodes:
+                found.append(Lost(node, "idle", None, cause, dict(setting), None, None, drained=True))
+            else:
+                new = self._fitting(target)
+                if new is None:
+                    logger.warning("%s, but without it no ps and worker are left: the job goes on with it", cause)
+                    continue
+                role = "ps" if node in layout.ps_nodes else "worker"
+                found.append(Lost(node, role, None, cause, dict(setting), new,
+                                  relocation(self.knobs, setting, new), drained=True))
+                target = new
+            engine.cluster.lose(node)
+            if self.space is not None:
+                self.space.nodes_alive = len(engine.cluster.pool)
+        self.departing += found
+        used = [lost for lost in found if lost.new is not None]
+        return used[-1] if used else None
+
+    def release_departed(self, step: int) -> None:
+        """:meth:`departed` for each node that left the pool: the job is off them, or ends."""
+        departing, self.departing = self.departing, []
+        for lost in departing:
+            try:
+                self.departed(lost, step)
+            except Exception as e:  # noqa: BLE001 (a helper's failure degrades the job, never fails it)
+                logger.warning("node %d could not be released: %s: %s", lost.node, type(e).__name__, e)
+
+    def departed(self, lost: Lost, step: int) -> None:
+        """Records node ``lost.node``, which the job has moved off (no step uses it, nothing moves from it),
+        and releases it: it stops."""
+        address = self.engine.cluster.addresses[lost.node]
+        self.engine.let_go(lost.node)  # what it is the master of: not waited for, once it stops
+        logger.warning("node %d (%s) left at step %d: %s; %s", lost.node, address, step, lost.cause, lost.action)
+        self.recorder.node_lost(step=step, node=lost.node, address=address, role=lost.role, cause=lost.cause,
+                                action=lost.action)
+        if not self.departures.release(lost.node):
+            logger.warning("node %d (%s) does not answer its release: it stops at its own deadline", lost.node,
+                           address)
+
+    def close(self, step: int) -> None:
+        """The job ends: the nodes that left are released; no node is watched for leaving any more."""
+        self.release_departed(step)
+        if self.departures is not None:
+            self.departures.close()
 
     def judge(self, error: NodeFailedError, setting: dict[str, Any]) -> Lost:
         """What the job does without the node ``error`` names; raises ``error`` when it cannot go on."""
@@ -155,18 +228,23 @@ class Recovery:
 
     def _back(self, error: NodeFailedError, cause: str, role: str, old: dict[str, Any], base: dict[str, Any],
               during: str | None = None, paused: bool = False) -> Lost:
-        """A loss the job goes back to its latest checkpoint for, on ``base`` if the nodes left hold it, else
-        with one ps fewer, else one worker fewer."""
-        left = len(self.engine.cluster.pool) - 1
-        new = dict(base)
-        for knob in ("ps", "worker"):
-            if new["ps"] + new["worker"] > left and new[knob] > 1:
-                new[knob] -= 1
-        if new["ps"] + new["worker"] > left:
+        """A loss the job goes back to its latest checkpoint for, on :meth:`_fitting` ``base``."""
+        new = self._fitting(base)
+        if new is None:
             raise NodeFailedError(f"{error}; no node is left for both a ps and a worker", error.node_index) from None
         keeper = self.keeper
         back = Back(keeper.latest, keeper.latest_saved) if keeper is not None and keeper.latest else Back(None, None)
         return Lost(error.node_index, role, None, cause, dict(old), new, None, back, during, paused)
+
+    def _fitting(self, setting: dict[str, Any]) -> dict[str, Any] | None:
+        """``setting`` if the pool less one node holds it, else with one ps fewer, else one worker fewer; None
+        when no ps and worker would be left."""
+        left = len(self.engine.cluster.pool) - 1
+        new = dict(setting)
+        for knob in ("ps", "worker"):
+            if new["ps"] + new["worker"] > left and new[knob] > 1:
+                new[knob] -= 1
+        return new if new["ps"] + new["worker"] <= left else None
 
     def take_out(self, lost: Lost, step: int, sync: bool) -> None:
         """Takes ``lost``'s node out of the pool and records it; for a worker or a ps node, once the other

@@ -8,8 +8,8 @@
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
     tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
     tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--fixed-threads]
-                  [--bind ADDRESS]
-    tfonline node --tf-config [--intra N] [--inter N] [--fixed-threads] [--bind ADDRESS]
+                  [--bind ADDRESS] [--drain-s S]
+    tfonline node --tf-config [--intra N] [--inter N] [--fixed-threads] [--bind ADDRESS] [--drain-s S]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
 TensorFlow is imported only by ``node``, ``sweep`` and ``report --tensorboard``.
@@ -160,7 +160,8 @@ def _node(args) -> int:
     if sys.platform.startswith("linux"):  # forks a child per set of pools (safe on Linux: tfonline._node)
         from tfonline._given_node import supervise
 
-        return supervise(addresses, args.index, pools, bind, restartable=not args.fixed_threads)
+        return supervise(addresses, args.index, pools, bind, restartable=not args.fixed_threads,
+                         drain_s=args.drain_s)
     from tfonline._node import _server_description, start_server
 
     server = start_server(addresses, args.index, *pools)  # elsewhere, in this process, at these pools for good
@@ -192,12 +193,14 @@ def _node_addresses(args) -> list[str]:
     for name in ("intra", "inter"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if args.drain_s < 0:
+        raise ConfigurationError(f"--drain-s must be >= 0, got {args.drain_s}")
     return addresses
 
 
 def _node_argv(args, bind: str) -> list[str]:
     return [sys.executable, "-m", "tfonline.cli", "node", "--cluster", args.cluster, "--index", str(args.index),
-            "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind] + (
+            "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind, "--drain-s", str(args.drain_s)] + (
         ["--fixed-threads"] if args.fixed_threads else [])
 
 
@@ -217,6 +220,14 @@ process, on the same port (Linux; elsewhere the pools stay as started). The
 request is a TensorFlow op on this node's own server, so only a client that
 can already run any op here can make it. --fixed-threads keeps --intra and
 --inter for the node's life.
+
+SIGUSR1 asks the node to leave without loss (a planned drain, before a host
+goes down): the job's driver moves its variables and its worker to the other
+nodes, then releases it, and the node stops (exit code 0). A node that no job
+releases stops --drain-s seconds after the signal; a --fixed-threads node
+stops at once. SIGTERM and Ctrl-C stop the node at once: its job then goes on
+without it as it would after a crash, back to its latest checkpoint if the
+node held variables.
 """
 
 
@@ -367,6 +378,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="keep --intra and --inter: do not restart with the pools the job's driver asks for")
     node.add_argument("--bind", default="127.0.0.1",
                       help="the one address to listen on (default 127.0.0.1: this host only; see above)")
+    node.add_argument("--drain-s", type=int, default=30,
+                      help="after SIGUSR1, how long to wait for the job to move off this node (default 30)")
     node.set_defaults(func=_node)
     return parser
 

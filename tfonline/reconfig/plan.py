@@ -90,6 +90,13 @@ def plan(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, An
     return Plan(types, changed, "+".join(parts), tuple(actions))
 
 
+def relocation(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, Any]) -> Plan:
+    """The plan for a switch off a node that leaves the job (a planned drain), from ``old`` to ``new`` (maybe
+    ``old`` itself) on the nodes left: ODMR moves what the ps nodes hold to their new nodes, TDR re-shards the
+    input over the workers, whichever of them the node was."""
+    return plan(knobs, dict(old, **{name: None for name in LAYOUT_KNOBS}), new)
+
+
 def reconfiguration_types(knobs: Mapping[str, Knob], old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     """The paper's reconfiguration types a change from ``old`` to ``new`` involves, sorted."""
     return sorted({knobs[name].reconfiguration for name in knobs if old.get(name) != new.get(name)})
