@@ -27,7 +27,7 @@ class LongCounter(CounterJob):
 
 def _node(addresses, index, drain_s):
     return subprocess.Popen([sys.executable, "-m", "tfonline.cli", "node", "--cluster", ",".join(addresses),
-                             "--index", str(index), "--intra", "2", "--inter", "2", "--drain-s", str(drain_s)],
+                             "--index", str(index), "--cores", "3", "--drain-s", str(drain_s)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -43,7 +43,8 @@ def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path):
     the worker now, once node 1 has left: ps1 w1 on nodes 0 and 2. Each is released once the job is off it, and
     stops.
 
-    CounterJob's loss says how many pushes the counter holds: nothing may be lost or counted twice."""
+    CounterJob's loss says how many pushes the counter holds: nothing may be lost or counted twice. The nodes
+    offer 3 cores each (this host has 2): the default thread pools are theirs."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(4)]
     nodes = [_node(addresses, i, 30 if i in (1, 3) else 1) for i in range(4)]
     try:
@@ -70,8 +71,8 @@ def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path):
             "the job moved off it (ODMR, TDR) and went on as ps1 w1; nothing lost"]
         switches = conn.execute("select r.step, r.technique, s.short from reconfigurations r join settings s "
                                 "on s.id = r.to_setting_id order by r.step").fetchall()
-        assert [(technique, to.split(" t")[0]) for _, technique, to in switches] == [("odmr+tdr", "ps2 w1"),
-                                                                                    ("odmr+tdr", "ps1 w1")]
+        assert [(technique, to.split(" jit")[0]) for _, technique, to in switches] == [("odmr+tdr", "ps2 w1 t3/3"),
+                                                                                      ("odmr+tdr", "ps1 w1 t3/3")]
         assert 60 <= switches[0][0] < rows[0][1] <= switches[1][0] < rows[1][1]  # each released after its switch
         # One worker, pushing 1 at a time: the counter read at step k holds the k - 1 pushes before it, through
         # both moves. While a live switch opens, the old worker trains on beside the new one, so a read may see
@@ -99,6 +100,8 @@ def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path):
 
 
 @pytest.mark.fast
-def test_the_node_command_rejects_a_negative_drain(capsys):
-    assert main(["node", "--cluster", "127.0.0.1:1,127.0.0.1:2", "--index", "0", "--drain-s", "-1"]) == 1
-    assert capsys.readouterr().err.strip() == "tfonline: error: --drain-s must be >= 0, got -1"
+@pytest.mark.parametrize("option, message", [(["--drain-s", "-1"], "--drain-s must be >= 0, got -1"),
+                                             (["--cores", "0"], "--cores must be >= 1, got 0")])
+def test_the_node_command_rejects_a_negative_drain_or_no_cores(capsys, option, message):
+    assert main(["node", "--cluster", "127.0.0.1:1,127.0.0.1:2", "--index", "0", *option]) == 1
+    assert capsys.readouterr().err.strip() == f"tfonline: error: {message}"

@@ -115,8 +115,8 @@ def test_a_synchronous_job_that_loses_a_node_trains_on_exactly():
     assert losses["ps"] == losses["whole"]
 
 
-@pytest.mark.parametrize("mode, when, victim, role", [("async", "switch", 2, "worker"), ("async", "transition", 1, "ps"),
-                                                     ("sync", "switch", 2, "worker")])
+@pytest.mark.parametrize("mode, when, victim, role", [("async", "switch", 2, "worker"),
+                                                     ("async", "transition", 1, "ps"), ("sync", "switch", 2, "worker")])
 def test_a_node_lost_during_a_switch_sends_the_job_back_to_its_checkpoint(db_path, mode, when, victim, role):
     """ps1 w1 -> ps2 w1 on three nodes of the job's own (ps node 0, worker node 1 -> ps nodes 0 and 1, worker
     node 2), live when asynchronous. Killed as the switch begins: the new worker (2), whose sessions the switch
@@ -150,7 +150,8 @@ def test_a_node_lost_during_a_switch_sends_the_job_back_to_its_checkpoint(db_pat
 
     before = node_processes()
     result = CounterJob().run(setting={"ps": 1, "worker": 1}, db=db_path, nodes=3, max_steps=300, quiet=True,
-                              mode=mode, schedule=[(100, {"ps": 2})], backend=KillAt, checkpoint_every_s=0.2)
+                              mode=mode, schedule=[(100, {"ps": 2}), (250, {"ps": 1, "worker": 2})], backend=KillAt,
+                              checkpoint_every_s=0.2)
     assert killed and result.iterations == 300 and result.stop_reason == "max_steps (300) reached"
     assert node_processes() == before  # every node it started is stopped
     (at, lost_as, cause, action), = _rows(db_path, "select step, role, cause, action from node_losses")
@@ -177,3 +178,6 @@ def test_a_node_lost_during_a_switch_sends_the_job_back_to_its_checkpoint(db_pat
     (last,), = _rows(db_path, "select s.short from segments g join settings s on s.id = g.setting_id "
                               "order by g.segment desc limit 1")
     assert last.startswith("ps1 w1")
+    # The schedule's next switch needs the node lost: it is not made, and the job says why.
+    assert _rows(db_path, "select reason from decisions where applied = 0") == [
+        ("scheduled switch 2 of 2 (step 250) not made: ps 1 + worker 2 need more than the 2 node(s) in use",)]

@@ -7,7 +7,7 @@ the two already share: the node's own TensorFlow server.
 
 - Before it says it serves, the node writes its pools into the variable
   ``threads`` (int64 ``[intra, inter]``) of the container ``tfonline-control``
-  on its own device (:class:`Watch`); then it reads that container's
+  on its own device, and the cores it offers into ``cores`` (:class:`Watch`); then it reads that container's
   ``request`` variable every :data:`WATCH_S`.
 - The driver writes the pools it wants into ``request``
   (:func:`request_threads`). The node, seeing pools that differ from its own,
@@ -36,7 +36,7 @@ import threading
 import time
 
 CONTAINER = "tfonline-control"
-THREADS, REQUEST, LEAVING = "threads", "request", "leaving"
+THREADS, REQUEST, LEAVING, CORES = "threads", "request", "leaving", "cores"
 SERVING, GOING, RELEASED = 0, 1, 2  # the states of ``leaving``
 WATCH_S = 0.25
 LOOK_S = 1.0  # the driver reads every node's ``leaving`` this often
@@ -58,15 +58,16 @@ def _session(tf, target: str, index: int, graph):
 class Watch:
     """The node's side: publishes its pools, then says what the driver asked for (:meth:`requested`)."""
 
-    def __init__(self, server, index: int, intra: int, inter: int):
+    def __init__(self, server, index: int, intra: int, inter: int, cores: int):
         import tensorflow as tf
 
         self.own = (intra, inter)
         graph = tf.Graph()
         with graph.as_default():
-            mine, request, leaving = (_handle(tf, index, name) for name in (THREADS, REQUEST, LEAVING))
+            mine, request, leaving, offered = (_handle(tf, index, name) for name in (THREADS, REQUEST, LEAVING, CORES))
             publish = [tf.raw_ops.AssignVariableOp(resource=mine, value=tf.constant(self.own, tf.int64)),
-                       tf.raw_ops.AssignVariableOp(resource=leaving, value=tf.constant([SERVING, 0], tf.int64))]
+                       tf.raw_ops.AssignVariableOp(resource=leaving, value=tf.constant([SERVING, 0], tf.int64)),
+                       tf.raw_ops.AssignVariableOp(resource=offered, value=tf.constant([cores, 0], tf.int64))]
             self._asked = tf.raw_ops.VarIsInitializedOp(resource=request)
             self._read = tf.raw_ops.ReadVariableOp(resource=request, dtype=tf.int64)
             self._drain_s = tf.compat.v1.placeholder(tf.int64, [])
@@ -212,6 +213,13 @@ def read_threads(address: str, index: int, timeout_s: float = 2.0) -> tuple[int,
         return None
     value = _call(address, index, read, timeout_s)
     return None if value is None else (int(value[0]), int(value[1]))
+
+
+def read_cores(address: str, index: int, timeout_s: float = 2.0) -> int | None:
+    """The cores node ``index`` offers (``tfonline node --cores``), as it published them; None when it did not."""
+    value = _call(address, index, lambda tf: tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, CORES),
+                                                                        dtype=tf.int64), timeout_s)
+    return None if value is None else int(value[0])
 
 
 def request_threads(address: str, index: int, intra: int, inter: int, timeout_s: float = 5.0) -> bool:

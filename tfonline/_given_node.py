@@ -35,8 +35,10 @@ _PR_SET_PDEATHSIG = 1
 
 
 def supervise(addresses: list[str], index: int, pools: tuple[int, int], bind: str, restartable: bool,
-              drain_s: int = 30) -> int:
-    """Serves node ``index`` until stopped, or drained (SIGUSR1, within ``drain_s``); returns the exit code."""
+              drain_s: int = 30, cores: int | None = None) -> int:
+    """Serves node ``index`` until stopped, or drained (SIGUSR1, within ``drain_s``); returns the exit code.
+    ``cores`` is what the node offers the job's thread pools (default: this host's)."""
+    cores = cores or os.cpu_count() or 1
     import tensorflow  # noqa: F401  (the import every child inherits)
 
     child = {"pid": 0}
@@ -64,7 +66,7 @@ def supervise(addresses: list[str], index: int, pools: tuple[int, int], bind: st
         pid = os.fork()
         if pid == 0:
             os.close(ours)
-            os._exit(_child(addresses, index, pools, bind, restartable, theirs, drain_s))
+            os._exit(_child(addresses, index, pools, bind, restartable, theirs, drain_s, cores))
         os.close(theirs)
         child["pid"] = pid
         _, status = os.waitpid(pid, 0)
@@ -79,7 +81,7 @@ def supervise(addresses: list[str], index: int, pools: tuple[int, int], bind: st
 
 
 def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable: bool, pipe: int,
-           drain_s: int) -> int:
+           drain_s: int, cores: int) -> int:
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
     signal.signal(signal.SIGINT, lambda *_: os._exit(0))
     asked_to_leave: list[float] = []
@@ -97,7 +99,7 @@ def _child(addresses, index: int, pools: tuple[int, int], bind: str, restartable
 
         server = start_server(addresses, index, *pools)
         check_listening(os.getpid(), int(addresses[index].rsplit(":", 1)[1]), bind, f"node {index}")
-        watch = Watch(server, index, *pools) if restartable else None  # its pools published before it says so
+        watch = Watch(server, index, *pools, cores) if restartable else None  # published before it says so
         print(json.dumps(_server_description(server)), flush=True)
         asked = _await_request(watch, index, asked_to_leave, drain_s)
     except Exception as e:  # noqa: BLE001 (said on stderr, as the command's own errors are)

@@ -274,7 +274,8 @@ class Recovery:
         self.recorder.node_joined(step=step, node=node, address=address)
 
     def go_back(self, lost: Lost, state, start_workers) -> None:
-        """After a lost ps node, or one lost during a switch (taken out): the job goes back to ``lost.back`` on ``lost.new``'s nodes.
+        """After a lost ps node, or one lost during a switch (taken out): the job goes back to ``lost.back``
+        on ``lost.new``'s nodes.
 
         Every session of the old layout is let go (each used the lost node);
         the repository is rewound to the checkpoint's step; the new setting's

@@ -164,7 +164,8 @@ class Runner:
         serving = self._serving(node_count)
         extra = tuple(self.tuning.extra_knobs) if self.tuning else ()
         requested = self.resumed.setting if self.resumed is not None else self.requested_setting
-        setting = resolve_setting(requested, node_count if requested is not None else serving, extra_knobs=extra)
+        cores = self._cores()
+        setting = resolve_setting(requested, node_count if requested is not None else serving, cores, extra)
         if setting["ps"] + setting["worker"] > serving:
             raise ConfigurationError(
                 f"the setting's ps + worker must be <= the {serving} node(s) serving now (the others join once "
@@ -175,14 +176,14 @@ class Runner:
         except Exception as e:  # noqa: BLE001 (a helper: the job runs without it)
             unsigned = e
         if self.tuning is not None:
-            self.space = self.tuning.space(node_count, self._fixed_threads())
+            self.space = self.tuning.space(node_count, self._fixed_threads(), cores)
             if self.tuning.schedule is None:
                 self.inheritance = self._inherit()
                 if requested is not None:  # the user's, or the resumed job's, setting comes first
                     self.inheritance.start = self.inheritance.start_from = None
                 elif self.inheritance.start is not None and _fits(self.inheritance.start, serving):
                     # where the nearest earlier job ended
-                    setting = resolve_setting(self.inheritance.start, node_count, extra_knobs=extra)
+                    setting = resolve_setting(self.inheritance.start, node_count, cores, extra)
             setting = self.space.start(setting)
             if self.tuning.schedule is not None:
                 self._schedule = Schedule(self.space, setting, self.tuning.schedule, self.reconfig)
@@ -308,7 +309,7 @@ class Runner:
         self.progress = Progress(self.job, state, self.recorder, self.estimator, lambda: len(self.engine.graphs),
                                  self._t0)
         self.progress.show(self.quiet)
-        knobs = self.space.knobs if self.space is not None else knob_table(self.cluster.node_count)
+        knobs = self.space.knobs if self.space is not None else knob_table(self.cluster.node_count, self._cores())
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
                        limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board,
@@ -344,6 +345,10 @@ class Runner:
             except ClusterError:
                 return 2
         return len(arg.pool) if isinstance(arg, Cluster) else node_count
+
+    def _cores(self) -> int | None:
+        """The thread knobs' bound: the cores a given cluster's nodes offer, else this host's (None)."""
+        return getattr(self.cluster_arg, "cores", None)
 
     def _fixed_threads(self) -> NodeThreads | None:
         """The thread pools of nodes tfonline cannot restart (a given cluster that is not restartable), else None."""
@@ -405,7 +410,7 @@ class Runner:
             space = self.space.describe()
         else:
             space = {name: {k: v for k, v in asdict(knob).items() if v is not None and k != "apply"}
-                     for name, knob in knob_table(node_count).items()}
+                     for name, knob in knob_table(node_count, self._cores()).items()}
         self.recorder.setting(setting)
         self.recorder.job_start(
             name=self.job.name, script=script, mode=self.mode, target_loss=float(self.job.target_loss),

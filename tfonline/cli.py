@@ -7,9 +7,9 @@
     tfonline estimate-quality DB --job NAME [--segment N] [--estimator NAME ...]
     tfonline simulate [--model MODEL.json] [--db DB] [--random-settings R] [--seeds N] [--mode async|sync]
     tfonline calibrate DB [--job NAME] [--holdout F] [--hosts N] [--cores N] [--out MODEL.json]
-    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--intra N] [--inter N] [--fixed-threads]
-                  [--bind ADDRESS] [--drain-s S]
-    tfonline node --tf-config [--intra N] [--inter N] [--fixed-threads] [--bind ADDRESS] [--drain-s S]
+    tfonline node --cluster HOST:PORT,HOST:PORT,... --index I [--cores N] [--intra N] [--inter N]
+                  [--fixed-threads] [--bind ADDRESS] [--drain-s S]
+    tfonline node --tf-config [--cores N] [--intra N] [--inter N] [--fixed-threads] [--bind ADDRESS] [--drain-s S]
 
 Failures print one line and exit 1; ``--debug`` shows the traceback.
 TensorFlow is imported only by ``node``, ``sweep`` and ``report --tensorboard``.
@@ -161,7 +161,7 @@ def _node(args) -> int:
         from tfonline._given_node import supervise
 
         return supervise(addresses, args.index, pools, bind, restartable=not args.fixed_threads,
-                         drain_s=args.drain_s)
+                         drain_s=args.drain_s, cores=args.cores)
     from tfonline._node import _server_description, start_server
 
     server = start_server(addresses, args.index, *pools)  # elsewhere, in this process, at these pools for good
@@ -190,6 +190,10 @@ def _node_addresses(args) -> list[str]:
     if not 0 <= args.index < len(addresses):
         raise ConfigurationError(f"--index must be in [0, {len(addresses) - 1}] for {len(addresses)} addresses, "
                                  f"got {args.index}")
+    if args.cores < 1:
+        raise ConfigurationError(f"--cores must be >= 1, got {args.cores}")
+    args.intra = args.cores if args.intra is None else args.intra
+    args.inter = args.cores if args.inter is None else args.inter
     for name in ("intra", "inter"):
         if getattr(args, name) < 1:
             raise ConfigurationError(f"--{name} must be >= 1, got {getattr(args, name)}")
@@ -200,8 +204,8 @@ def _node_addresses(args) -> list[str]:
 
 def _node_argv(args, bind: str) -> list[str]:
     return [sys.executable, "-m", "tfonline.cli", "node", "--cluster", args.cluster, "--index", str(args.index),
-            "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind, "--drain-s", str(args.drain_s)] + (
-        ["--fixed-threads"] if args.fixed_threads else [])
+            "--cores", str(args.cores), "--intra", str(args.intra), "--inter", str(args.inter), "--bind", bind,
+            "--drain-s", str(args.drain_s)] + (["--fixed-threads"] if args.fixed_threads else [])
 
 
 NODE_HELP = """\
@@ -372,8 +376,10 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--index", type=int, help="this node's position in --cluster")
     node.add_argument("--tf-config", action="store_true",
                       help="take --cluster and --index from the TF_CONFIG environment variable (tfonline.tf_config)")
-    node.add_argument("--intra", type=int, default=cores, help="intra_op_parallelism_threads (default: cores)")
-    node.add_argument("--inter", type=int, default=cores, help="inter_op_parallelism_threads (default: cores)")
+    node.add_argument("--cores", type=int, default=cores,
+                      help=f"the most threads per pool this node offers its jobs (default: this host's cores, {cores})")
+    node.add_argument("--intra", type=int, help="intra_op_parallelism_threads to start with (default: --cores)")
+    node.add_argument("--inter", type=int, help="inter_op_parallelism_threads to start with (default: --cores)")
     node.add_argument("--fixed-threads", action="store_true",
                       help="keep --intra and --inter: do not restart with the pools the job's driver asks for")
     node.add_argument("--bind", default="127.0.0.1",

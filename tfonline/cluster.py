@@ -189,6 +189,9 @@ class ExistingCluster(Cluster):
                            "serves", i, self.addresses[i])
         published = {i: _control.read_threads(self.addresses[i], i) for i in self.pool}
         self.restartable = all(pools is not None for pools in published.values())
+        # The thread knobs' bound: the fewest cores a node offers (`tfonline node --cores`), when all say.
+        offered = [_control.read_cores(self.addresses[i], i) for i in self.pool] if self.restartable else [None]
+        self.cores: int | None = None if None in offered else min(offered)
         self._fixed = threads or NodeThreads.one_per_core()
         self._threads = {i: NodeThreads(*published[i]) if self.restartable else self._fixed for i in self.pool}
         self._restarting: set[int] = set()

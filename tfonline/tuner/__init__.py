@@ -46,14 +46,16 @@ class Tuning:
         if not isinstance(self.speed_prior, bool):
             raise ConfigurationError(f"speed_prior must be True or False, got {self.speed_prior!r}")
 
-    def space(self, node_count: int, fixed_threads=None) -> KnobSpace:
+    def space(self, node_count: int, fixed_threads=None, cores: int | None = None) -> KnobSpace:
+        """The knob space of a job on ``node_count`` nodes whose thread pools are at most ``cores`` each
+        (default: this host's), or fixed at ``fixed_threads``."""
         import os
 
         restrict = dict(self.restrict or {})
         if fixed_threads is not None:  # nodes tfonline cannot restart keep their pools
             restrict.setdefault("intra_op_parallelism_threads", fixed_threads.intra_op_parallelism_threads)
             restrict.setdefault("inter_op_parallelism_threads", fixed_threads.inter_op_parallelism_threads)
-        return KnobSpace(node_count, os.cpu_count() or 1, restrict, tuple(self.extra_knobs))
+        return KnobSpace(node_count, cores or os.cpu_count() or 1, restrict, tuple(self.extra_knobs))
 
     def inherit(self, space: KnobSpace, job, repo, job_id: str | None = None, signature=None) -> Inheritance:
         """What the job's tuner starts from (``resume``: see :mod:`tfonline.tuner.inherit`); nothing without."""

@@ -56,11 +56,11 @@ class Schedule:
 
     def __init__(self, space: KnobSpace, start: dict[str, Any], schedule: Sequence[tuple[int, dict[str, Any]]],
                  technique: str = "online"):
-        self.space = space
-        self.current = dict(start)
+        self.space, self.technique = space, technique
+        self.current, self.start = dict(start), dict(start)
         self.steps: list[int] = []
         self.settings: list[dict[str, Any]] = []
-        self.plans: list = []  # each switch's plan, classified once
+        self.plans: list = []  # each switch's plan, from the setting before it
         setting = dict(start)
         for i, (step, changes) in enumerate(check_schedule(schedule)):
             try:
@@ -97,7 +97,9 @@ class Schedule:
 
     def upcoming(self) -> tuple[dict[str, Any], Plan] | None:
         """The next scheduled switch's setting and plan (None after the last): the driver prepares it ahead."""
-        return (dict(self.settings[self.done]), self.plans[self.done]) if self.done < len(self.settings) else None
+        if self.done >= len(self.settings) or not self.space.fits(self.settings[self.done]):
+            return None
+        return dict(self.settings[self.done]), self.plans[self.done]
 
     def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
         """The job runs ``setting`` now (a node was lost); the schedule's next switch goes on from it."""
@@ -112,13 +114,19 @@ class Schedule:
         self.triples.append(Triple(run.setting, run.loss_before, per_iteration_s, None, None,
                                    "scheduled: no estimate of the time left"))
         self.observe(run)
-        current, new = self.current, self.settings[self.done]
+        current, new, how = self.current, self.settings[self.done], self.plans[self.done]
+        before = self.settings[self.done - 1] if self.done else self.start
         self.done += 1
+        what = f"scheduled switch {self.done} of {len(self.steps)} (step {self.steps[self.done - 1]})"
+        if not self.space.fits(new):  # nodes were lost, or have not joined yet
+            return Decision(self.phase, current, current, False,
+                            f"{what} not made: ps {new['ps']} + worker {new['worker']} need more than the "
+                            f"{self.space.nodes_alive} node(s) in use")
+        if current != before:  # a lost node moved the job elsewhere: the switch is planned from there
+            how = plan(self.space.knobs, current, new, self.technique)
         self.current = dict(new)
-        return Decision(self.phase, current, new, new != current,
-                        f"scheduled switch {self.done} of {len(self.steps)} (step {self.steps[self.done - 1]})",
-                        parts=tuple(sorted(switch_parts(self.space.knobs, current, new))),
-                        plan=self.plans[self.done - 1])
+        return Decision(self.phase, current, new, new != current, what,
+                        parts=tuple(sorted(switch_parts(self.space.knobs, current, new))), plan=how)
 
     def record_cost(self, parts: Sequence[str], cost_s: float) -> None:
         """The runner records every cost in the repository; a schedule learns nothing from them."""
