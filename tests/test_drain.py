@@ -14,8 +14,10 @@ import pytest
 from conftest import after_iterations
 from jobs import CounterJob
 
+from tfonline import _control
 from tfonline.cli import main
-from tfonline.cluster import free_port
+from tfonline.cluster import ExistingCluster, free_port
+from tfonline.exceptions import ClusterError
 
 
 class LongCounter(CounterJob):
@@ -37,16 +39,19 @@ def _events(node) -> tuple[list[dict], str]:
     return [json.loads(line) for line in out.splitlines()], err
 
 
-def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path):
+def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path, monkeypatch):
     """Four nodes, ps2 w1 (ps nodes 0 and 1, worker node 2, node 3 idle). Node 1, a ps, is asked to leave at
     step 60: ODMR moves its block of the counter and TDR the worker, to ps2 w1 on nodes 0, 2 and 3. Then node 3,
     the worker now, once node 1 has left: ps1 w1 on nodes 0 and 2. Each is released once the job is off it, and
     stops.
 
     CounterJob's loss says how many pushes the counter holds: nothing may be lost or counted twice. The nodes
-    offer 3 cores each (this host has 2): the default thread pools are theirs."""
+    offer 3 cores each (this host has 2): the default thread pools are theirs.
+
+    After the job: while a driver holds nodes 0 and 2, another driver's job is refused them, and node 2, asked
+    to leave, is not released: it stops at its deadline. Held by no one, node 0 stops at once."""
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(4)]
-    nodes = [_node(addresses, i, 30 if i in (1, 3) else 1) for i in range(4)]
+    nodes = [_node(addresses, i, 1 if i == 2 else 30) for i in range(4)]
     try:
         for node in nodes:
             assert json.loads(node.stdout.readline())["event"] == "serving"
@@ -85,12 +90,27 @@ def test_a_node_that_leaves_is_moved_off_without_loss_and_stops(db_path):
         assert len(off) <= 10 and np.all(np.abs(offset) <= 1) and offset[-1] == 0, steps[off]
         assert np.all(offset[off + 1] == 0), steps[off]
         assert nodes[0].poll() is None and nodes[2].poll() is None  # still serving
-        # Asked to leave with no job on it: it stops at its deadline (--drain-s 1).
-        os.kill(nodes[2].pid, signal.SIGUSR1)
-        events, err = _events(nodes[2])
+        held = ExistingCluster(addresses)  # nodes 1 and 3 are gone: it waits for them
+        claim = held.claim()
+        try:
+            assert held.pool == [0, 2]
+            monkeypatch.setattr(_control, "TOKEN", _control.TOKEN + 2)  # another driver's
+            with pytest.raises(ClusterError, match=rf"^node 0 \({addresses[0]}\) serves another driver's job \(its "
+                                                   rf"claim was renewed \d+\.\d s ago\): a given cluster runs one "
+                                                   rf"job at a time$"):
+                LongCounter().run(db=db_path, cluster=addresses, max_steps=10, quiet=True)
+            monkeypatch.undo()
+            os.kill(nodes[2].pid, signal.SIGUSR1)  # held, and never released: it stops at its deadline
+            events, err = _events(nodes[2])
+        finally:
+            claim.close()
         assert events == [{"event": "leaving", "drain_s": 1}, {"event": "left", "released": False}]
         assert nodes[2].returncode == 0
         assert "tfonline: warning: node 2: no job moved off it within 1 s; it stops" in err
+        os.kill(nodes[0].pid, signal.SIGUSR1)  # held by no job: it stops at once, not in its 30 s
+        events, err = _events(nodes[0])
+        assert events == [{"event": "leaving", "drain_s": 30}, {"event": "left", "released": False}]
+        assert nodes[0].returncode == 0 and "warning" not in err
     finally:
         for node in nodes:
             if node.poll() is None:

@@ -128,7 +128,7 @@ def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_the
     recovery.engine.cluster.addresses = [f"127.0.0.1:{n}" for n in range(4)]
     recovery.engine.cluster.lose = lambda node: (lost.append(node), recovery.engine.cluster.pool.remove(node))
     recovery.knobs = knob_table(4, 2)
-    recovery.departures = SimpleNamespace(leaving=lambda: {3: 30, 1: 30})
+    recovery.claim = SimpleNamespace(leaving=lambda: {3: 30, 1: 30})
     switch = recovery.leaving(setting)
     assert lost == [3, 1] and recovery.engine.cluster.pool == [0, 2]
     idle, ps = recovery.departing
@@ -140,11 +140,11 @@ def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_the
     # The same setting on other nodes is a switch too: ODMR and TDR move what the layout puts elsewhere.
     recovery.departing = []
     recovery.engine.cluster.pool[:] = [0, 1, 2, 3]
-    recovery.departures = SimpleNamespace(leaving=lambda: {0: 5})
+    recovery.claim = SimpleNamespace(leaving=lambda: {0: 5})
     switch = recovery.leaving(setting)
     assert (switch.new, switch.plan.technique) == (setting, "odmr+tdr")
     # A node the job cannot do without is let be: its loss, at its deadline, fails the job then.
     two = _recovery(resolve_setting({"ps": 1, "worker": 1}, 4, 2), [0, 1])
     two.engine.cluster.addresses = ["127.0.0.1:0", "127.0.0.1:1"]
-    two.departures = SimpleNamespace(leaving=lambda: {1: 30})
+    two.claim = SimpleNamespace(leaving=lambda: {1: 30})
     assert two.leaving(resolve_setting({"ps": 1, "worker": 1}, 4, 2)) is None and two.departing == []

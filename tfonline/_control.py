@@ -7,20 +7,25 @@ the two already share: the node's own TensorFlow server.
 
 - Before it says it serves, the node writes its pools into the variable
   ``threads`` (int64 ``[intra, inter]``) of the container ``tfonline-control``
-  on its own device, and the cores it offers into ``cores`` (:class:`Watch`); then it reads that container's
-  ``request`` variable every :data:`WATCH_S`.
+  on its own device, and the cores it offers into ``cores`` (:class:`Watch`);
+  then it reads that container's ``request`` variable every :data:`WATCH_S`.
 - The driver writes the pools it wants into ``request``
   (:func:`request_threads`). The node, seeing pools that differ from its own,
   makes way for a new server with them on the same port
   (:mod:`tfonline._given_node`), which writes them into ``threads``: the
   driver waits for that (:func:`await_threads`).
 
+- A job's driver holds each node of its pool (:class:`Claim`): it writes a
+  ``lease`` there, ``[its token, the node's clock]``, and renews it every
+  :data:`LOOK_S`. Another driver's job is refused a node whose lease is
+  fresher than :data:`LEASE_S`: a restart for new pools would drop what the
+  first job keeps there.
 - A node asked to leave (``tfonline node`` given SIGUSR1: a planned drain)
   writes ``[1, drain_s]`` into ``leaving`` (``[0, 0]`` while it serves). The
-  driver, which reads ``leaving`` on each node of its pool every
-  :data:`LOOK_S` (:class:`Departures`), moves the job off the node and then
-  writes ``[2, 0]`` (:meth:`Departures.release`): the node stops. A node no
-  job releases stops ``drain_s`` after it was asked.
+  driver reads ``leaving`` as it renews its lease, moves the job off the
+  node and then writes ``[2, 0]`` (:meth:`Claim.release`): the node stops.
+  A node that no job holds stops at once; one whose job does not release
+  it stops ``drain_s`` after it was asked.
 
 Who may ask: only a client that can run TensorFlow ops on the node. Such a
 client can already do anything the node's user can (read and write files,
@@ -32,14 +37,17 @@ node takes only pools in ``[1, MAX_THREADS]`` and ignores anything else.
 from __future__ import annotations
 
 import contextlib
+import secrets
 import threading
 import time
 
 CONTAINER = "tfonline-control"
-THREADS, REQUEST, LEAVING, CORES = "threads", "request", "leaving", "cores"
+THREADS, REQUEST, LEAVING, CORES, LEASE = "threads", "request", "leaving", "cores", "lease"
 SERVING, GOING, RELEASED = 0, 1, 2  # the states of ``leaving``
 WATCH_S = 0.25
-LOOK_S = 1.0  # the driver reads every node's ``leaving`` this often
+LOOK_S = 1.0  # the driver renews its lease on each node, and reads its ``leaving``, this often
+LEASE_S = 3.0  # a lease not renewed for this long has lapsed: its driver is gone
+TOKEN = secrets.randbits(62) | 1  # this process's drivers' (so the jobs of one sweep follow each other)
 MAX_THREADS = 1024
 CALL_TIMEOUT_MS = 5000
 
@@ -49,9 +57,9 @@ def _handle(tf, index: int, name: str):
         return tf.raw_ops.VarHandleOp(dtype=tf.int64, shape=[2], container=CONTAINER, shared_name=name)
 
 
-def _session(tf, target: str, index: int, graph):
+def _session(tf, target: str, index: int, graph, timeout_ms: int = CALL_TIMEOUT_MS):
     config = tf.compat.v1.ConfigProto(device_filters=[f"/job:node/task:{index}"],
-                                      operation_timeout_in_ms=CALL_TIMEOUT_MS)
+                                      operation_timeout_in_ms=timeout_ms)
     return tf.compat.v1.Session(target, graph=graph, config=config)
 
 
@@ -68,6 +76,7 @@ class Watch:
             publish = [tf.raw_ops.AssignVariableOp(resource=mine, value=tf.constant(self.own, tf.int64)),
                        tf.raw_ops.AssignVariableOp(resource=leaving, value=tf.constant([SERVING, 0], tf.int64)),
                        tf.raw_ops.AssignVariableOp(resource=offered, value=tf.constant([cores, 0], tf.int64))]
+            self._held = _lease_age(tf, index)
             self._asked = tf.raw_ops.VarIsInitializedOp(resource=request)
             self._read = tf.raw_ops.ReadVariableOp(resource=request, dtype=tf.int64)
             self._drain_s = tf.compat.v1.placeholder(tf.int64, [])
@@ -102,13 +111,25 @@ class Watch:
         """Whether the driver has moved its job off this node since :meth:`leave`."""
         return int(self._run(self._left)[0]) == RELEASED
 
+    def held(self) -> bool:
+        """Whether a job's driver holds this node (:class:`Claim`: its lease renewed within :data:`LEASE_S`)."""
+        try:
+            token, age_ms = self._run(self._held)
+        except Exception:  # noqa: BLE001 (no lease written yet: no driver has held it)
+            return False
+        return int(token) != 0 and age_ms < LEASE_S * 1000
 
-class Departures:
-    """The driver's side of a planned drain: which nodes say they are leaving, and their release.
 
-    A thread of its own reads ``leaving`` on each node of ``pool()`` every
-    :data:`LOOK_S` (never the monitor's thread: a node that does not answer
-    would hold it); :meth:`leaving` hands over each node found leaving once.
+class Claim:
+    """The driver's hold on the nodes of a given cluster for one job, and their planned drains.
+
+    :meth:`take` checks that no other driver holds a node (its ``lease``,
+    ``[driver token, the node's clock in ms]``, renewed within
+    :data:`LEASE_S`) and writes this driver's. A thread of its own then, every
+    :data:`LOOK_S`, renews the lease on each node of ``pool()`` and reads its
+    ``leaving`` in the same call (never the monitor's thread: a node that does
+    not answer would hold it); :meth:`leaving` hands over each node found
+    leaving once. :meth:`close` clears the leases.
     """
 
     def __init__(self, addresses: list[str], pool):
@@ -117,62 +138,95 @@ class Departures:
         self._handed: set[int] = set()
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._readers: dict[int, list] = {}  # node -> [graph, read op, session or None]: made once
+        self._thread = threading.Thread(target=self._look, name="tfonline-claim", daemon=True)
+        self._calls: dict[int, list] = {}  # node -> [graph, fetches, session or None]: made once
+
+    def take(self) -> None:
+        """Holds every node of the pool for this job, and starts renewing the hold.
+
+        Raises:
+            ClusterError: a node is held by another driver's job.
+        """
+        from tfonline.exceptions import ClusterError
+
+        for index in self.pool():
+            held = _call(self.addresses[index], index, lambda tf, i=index: _lease_age(tf, i), 2.0)
+            if held is not None and int(held[0]) not in (0, TOKEN) and held[1] < LEASE_S * 1000:
+                raise ClusterError(f"node {index} ({self.addresses[index]}) serves another driver's job (its claim "
+                                   f"was renewed {held[1] / 1000:.1f} s ago): a given cluster runs one job at a time")
+        for index in self.pool():
+            self._renew(index)
+        self._thread.start()
 
     def leaving(self) -> dict[int, int]:
         """The nodes found leaving since the last call (node -> the seconds it said it waits)."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._look, name="tfonline-departures", daemon=True)
-            self._thread.start()
         with self._lock:
             found, self._found = self._found, {}
         return found
 
     def release(self, index: int) -> bool:
         """Tells node ``index`` that the job is off it: it stops. False when it does not answer."""
-
-        def write(tf):
-            assign = tf.raw_ops.AssignVariableOp(resource=_handle(tf, index, LEAVING),
-                                                 value=tf.constant([RELEASED, 0], tf.int64))
-            with tf.control_dependencies([assign]):
-                return tf.constant(True)
-
-        return _call(self.addresses[index], index, write, 2.0) is not None
+        return _call(self.addresses[index], index, lambda tf: _assign(tf, index, LEAVING, [RELEASED, 0]), 2.0) is not None
 
     def close(self) -> None:
+        """The job ends: its hold on the nodes left goes (another driver may use them at once). The thread is
+        not waited for: a renewal on a node that just died can take a call's whole timeout."""
         self._closed.set()
+        for index in self.pool():
+            _call(self.addresses[index], index, lambda tf, i=index: _assign(tf, i, LEASE, [0, 0]), 0.5)
 
     def _look(self) -> None:
         while not self._closed.wait(LOOK_S):
             for index in self.pool():
-                state = self._state(index) if index not in self._handed else None
-                if state is not None and int(state[0]) == GOING:
+                state = self._renew(index)
+                if state is not None and int(state[0]) == GOING and index not in self._handed:
                     with self._lock:
                         self._found[index] = int(state[1])
                         self._handed.add(index)
-        for _, _, session in self._readers.values():
+        for _, _, session in self._calls.values():
             if session is not None:
                 with contextlib.suppress(Exception):
                     session.close()
 
-    def _state(self, index: int):
-        """Node ``index``'s ``leaving``, through a session kept open; None when it cannot be read now."""
+    def _renew(self, index: int):
+        """Renews the lease on node ``index`` and returns its ``leaving`` (a session kept open); None when the
+        node cannot be reached now."""
         import tensorflow as tf
 
-        reader = self._readers.get(index)
-        if reader is None:
+        call = self._calls.get(index)
+        if call is None:
             graph = tf.Graph()
             with graph.as_default():
-                read = tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, LEAVING), dtype=tf.int64)
-            reader = self._readers[index] = [graph, read, None]
+                fetches = [_assign(tf, index, LEASE, None),
+                           tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, LEAVING), dtype=tf.int64)]
+            call = self._calls[index] = [graph, fetches, None]
         try:
-            if reader[2] is None:
-                reader[2] = _session(tf, "grpc://" + self.addresses[index], index, reader[0])
-            return reader[2].run(reader[1])
+            if call[2] is None:
+                call[2] = _session(tf, "grpc://" + self.addresses[index], index, call[0])
+            return call[2].run(call[1])[1]
         except tf.errors.OpError:  # a job's reset closed the session, or the node is gone: opened anew next time
-            reader[2] = None
+            call[2] = None
             return None
+
+
+def _now_ms(tf, index: int):
+    """The node's own clock, in ms (``tf.timestamp`` runs on the node)."""
+    with tf.device(f"/job:node/task:{index}/device:CPU:0"):
+        return tf.cast(tf.timestamp() * 1000.0, tf.int64)
+
+
+def _assign(tf, index: int, name: str, value):
+    """Writes ``value`` (None: this driver's lease, at the node's clock) into node ``index``'s ``name``."""
+    value = tf.stack([tf.constant(TOKEN, tf.int64), _now_ms(tf, index)]) if value is None else tf.constant(
+        value, tf.int64)
+    with tf.control_dependencies([tf.raw_ops.AssignVariableOp(resource=_handle(tf, index, name), value=value)]):
+        return tf.constant(True)
+
+
+def _lease_age(tf, index: int):
+    """``[the token of the driver that holds node index (0: none), ms since it renewed its lease]``."""
+    lease = tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, LEASE), dtype=tf.int64)
+    return tf.stack([lease[0], _now_ms(tf, index) - lease[1]])
 
 
 def _call(address: str, index: int, build, timeout_s: float):
@@ -184,8 +238,8 @@ def _call(address: str, index: int, build, timeout_s: float):
     with graph.as_default():
         fetch = build(tf)
     deadline = time.monotonic() + timeout_s
-    while True:
-        session = _session(tf, "grpc://" + address, index, graph)
+    while True:  # each try within timeout_s too: a node that died takes a call's whole timeout
+        session = _session(tf, "grpc://" + address, index, graph, min(CALL_TIMEOUT_MS, int(timeout_s * 1000)))
         try:
             return session.run(fetch)
         except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError):

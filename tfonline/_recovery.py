@@ -34,7 +34,7 @@ its port closed): while it answers, its variables can still move, and ODMR
 moves them at the next switch without loss.
 
 A node that says it is leaving (``tfonline node`` given SIGUSR1: a planned
-drain, :class:`tfonline._control.Departures`) still answers, so nothing of it
+drain, :class:`tfonline._control.Claim`) still answers, so nothing of it
 is lost: it leaves the pool at once, the job switches off it by ODMR and TDR
 (to the same setting on the nodes left, or one ps, else one worker, fewer),
 and once no step uses it and nothing moves from it, the node is released and
@@ -59,7 +59,6 @@ import tensorflow as tf
 
 from tfonline import _graph, _resume
 from tfonline._calls import node_of, threads_of
-from tfonline._control import Departures
 from tfonline._recorder import Recorder
 from tfonline._sessions import Engine
 from tfonline.exceptions import NodeFailedError
@@ -123,13 +122,11 @@ class Recovery:
     checkpoint is where a lost ps node's variables come back from).
     """
 
-    def __init__(self, engine: Engine, backend: Reconfig, recorder: Recorder, knobs, space=None, keeper=None):
+    def __init__(self, engine: Engine, backend: Reconfig, recorder: Recorder, knobs, space=None, keeper=None,
+                 claim=None):
         self.engine, self.backend, self.recorder, self.knobs, self.space = engine, backend, recorder, knobs, space
         self.keeper = keeper
-        cluster = engine.cluster
-        # Nodes of `tfonline node` (a restartable given cluster) can say they are leaving.
-        self.departures = (Departures(cluster.addresses, lambda: cluster.pool)
-                           if getattr(cluster, "restartable", False) else None)
+        self.claim = claim  # a tfonline._control.Claim: nodes of `tfonline node` can say they are leaving
         self.departing: list[Lost] = []  # nodes out of the pool, until the job is off them (then released)
 
     def leaving(self, setting: dict[str, Any]) -> Lost | None:
@@ -138,10 +135,10 @@ class Recovery:
         :class:`Lost`: its new setting holds on the nodes left, its plan is :func:`relocation`), or None.
         A node the job cannot do without (no ps and worker would be left) is let be: it stops at its own
         deadline, and its loss fails the job then."""
-        if self.departures is None:
+        if self.claim is None:
             return None
         found, engine, target = [], self.engine, setting  # several at once: each switch's target from the last
-        for node, drain_s in self.departures.leaving().items():
+        for node, drain_s in self.claim.leaving().items():
             layout = engine.layout
             cause = f"node {node} ({engine.cluster.addresses[node]}) is leaving (a planned drain, {drain_s} s)"
             if layout is None or node not in layout.ps_nodes + layout.worker_nodes:
@@ -179,15 +176,13 @@ class Recovery:
         logger.warning("node %d (%s) left at step %d: %s; %s", lost.node, address, step, lost.cause, lost.action)
         self.recorder.node_lost(step=step, node=lost.node, address=address, role=lost.role, cause=lost.cause,
                                 action=lost.action)
-        if not self.departures.release(lost.node):
+        if not self.claim.release(lost.node):
             logger.warning("node %d (%s) does not answer its release: it stops at its own deadline", lost.node,
                            address)
 
     def close(self, step: int) -> None:
-        """The job ends: the nodes that left are released; no node is watched for leaving any more."""
+        """The job ends: the nodes that left are released."""
         self.release_departed(step)
-        if self.departures is not None:
-            self.departures.close()
 
     def judge(self, error: NodeFailedError, setting: dict[str, Any]) -> Lost:
         """What the job does without the node ``error`` names; raises ``error`` when it cannot go on."""

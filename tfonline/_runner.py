@@ -88,6 +88,7 @@ class Runner:
         # Container names allow letters, digits and "." only.
         self.container = "tfonline." + uuid.uuid4().hex
         self.cluster: Cluster | None = None
+        self.claim = None  # a given cluster's hold for this job (tfonline._control.Claim)
         self.engine: Engine | None = None
         self.backend = None
         self.state: TrainingState | None = None
@@ -213,6 +214,7 @@ class Runner:
         owned: LocalCluster | None = None
         try:
             self.cluster, owned = self._cluster(setting, node_count)
+            self.claim = self.cluster.claim() if isinstance(self.cluster, ExistingCluster) else None
             self.recorder.cluster(self.cluster.addresses)
             if self.space is not None:
                 self.space.nodes_alive = len(self.cluster.pool)
@@ -250,6 +252,7 @@ class Runner:
                 self.backend.close if self.backend is not None else _nothing,
                 self.engine.close if self.engine is not None else _nothing,
                 owned.stop if owned is not None else self._reset_container if self.cluster else _nothing,
+                self.claim.close if self.claim is not None else _nothing,  # after the reset: held until then
             )
 
     def _board(self):
@@ -313,7 +316,8 @@ class Runner:
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,
                        estimator_name=self.estimator.name if self.estimator else None,
                        limit_s=self.max_seconds, started=self._t0, keeper=self.keeper, board=self.board,
-                       recovery=Recovery(self.engine, self.backend, self.recorder, knobs, self.space, self.keeper))
+                       recovery=Recovery(self.engine, self.backend, self.recorder, knobs, self.space, self.keeper,
+                                         self.claim))
 
     def _node_count(self) -> int:
         arg = self.cluster_arg

@@ -237,6 +237,15 @@ class ExistingCluster(Cluster):
             with self._lock:
                 self._restarting -= set(changes)
 
+    def claim(self) -> _control.Claim | None:
+        """Holds the nodes for one job (:class:`_control.Claim`, taken: raises ``ClusterError`` when another
+        driver's job holds one); None when the nodes cannot say (the cluster is not :attr:`restartable`)."""
+        if not self.restartable:
+            return None
+        claim = _control.Claim(self.addresses, lambda: self.pool)
+        claim.take()
+        return claim
+
     def check_alive(self) -> None:
         for i in self.pool:
             a = self.addresses[i]
