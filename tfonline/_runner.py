@@ -213,8 +213,11 @@ class Runner:
         """Starts (or joins) the cluster, trains, and stops everything it started, whatever happened."""
         owned: LocalCluster | None = None
         try:
-            self.cluster, owned = self._cluster(setting, node_count)
-            self.claim = self.cluster.claim() if isinstance(self.cluster, ExistingCluster) else None
+            cluster, owned = self._cluster(setting, node_count)
+            # Before anything touches the nodes: a job refused them must not reset them either (a reset closes
+            # every session of a node's master, the other job's too).
+            self.claim = cluster.claim() if isinstance(cluster, ExistingCluster) else None
+            self.cluster = cluster
             self.recorder.cluster(self.cluster.addresses)
             if self.space is not None:
                 self.space.nodes_alive = len(self.cluster.pool)
