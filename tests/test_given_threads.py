@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from jobs import TinyLogR
 
@@ -72,7 +73,11 @@ serves the new pools."""
         assert workers == 2  # node 2 trains beside node 1
         losses = [loss for (loss,) in conn.execute("select loss from iterations where job_id = ? order by step",
                                                    (result.job_id,))]
-        assert losses[-1] < losses[moved_at - 10] < losses[0]  # the variables survived both restarts
+        # The variables survived both restarts: the losses after the switch are on a par with those just before
+        # it, and well below the start (a variable set back to its initial value would restart from ln 2). One
+        # minibatch's loss is noisy: compared one by one, the last was once above the one before the switch.
+        before, after = np.mean(losses[moved_at - 40:moved_at - 10]), np.mean(losses[moved_at + 10:])
+        assert after < before + 0.02 and before < losses[0] - 0.05, (losses[0], before, after)
         # The next job's request is read too, although the first job's end reset the nodes (which closes every
         # session of a node's master, the node's own watch among them).
         job.run(db=db_path, cluster=addresses, setting={"ps": 1, "worker": 1, "intra_op_parallelism_threads": 1},
