@@ -166,18 +166,24 @@ class Claim:
 
     def release(self, index: int) -> bool:
         """Tells node ``index`` that the job is off it: it stops. False when it does not answer."""
-        return _call(self.addresses[index], index, lambda tf: _assign(tf, index, LEAVING, [RELEASED, 0]), 2.0) is not None
+        released = _call(self.addresses[index], index, lambda tf: _assign(tf, index, LEAVING, [RELEASED, 0]), 2.0)
+        return released is not None
 
     def close(self) -> None:
         """The job ends: its hold on the nodes left goes (another driver may use them at once). The thread is
-        not waited for: a renewal on a node that just died can take a call's whole timeout."""
+        waited for :data:`LOOK_S` at most (a renewal on a node that just died can take a call's whole
+        timeout), so that a renewal rarely comes after the lease is cleared (it would hold for LEASE_S)."""
         self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join(LOOK_S)
         for index in self.pool():
             _call(self.addresses[index], index, lambda tf, i=index: _assign(tf, i, LEASE, [0, 0]), 0.5)
 
     def _look(self) -> None:
         while not self._closed.wait(LOOK_S):
             for index in self.pool():
+                if self._closed.is_set():
+                    break
                 state = self._renew(index)
                 if state is not None and int(state[0]) == GOING and index not in self._handed:
                     with self._lock:
