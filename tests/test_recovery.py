@@ -117,7 +117,7 @@ def test_a_loss_the_job_cannot_go_on_from_fails_it_naming_the_node_and_why(setti
     assert raised.value.node_index == node
 
 
-def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_them_by_odmr_and_tdr():
+def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_them_by_odmr_and_tdr(caplog):
     """ps2 w1 on nodes 0-3 (node 3 idle); nodes 3 (idle) and 1 (a ps) say they leave. Two nodes are left, too
     few for ps2 w1: the switch off them is to ps1 w1 on nodes 0 and 2, by ODMR and TDR, losing nothing."""
     from tfonline.setting import knob_table, resolve_setting
@@ -148,3 +148,34 @@ def test_nodes_that_leave_are_taken_out_of_the_pool_and_the_job_is_moved_off_the
     two.engine.cluster.addresses = ["127.0.0.1:0", "127.0.0.1:1"]
     two.claim = SimpleNamespace(leaving=lambda: {1: 30})
     assert two.leaving(resolve_setting({"ps": 1, "worker": 1}, 4, 2)) is None and two.departing == []
+    assert caplog.messages[-1] == ("node 1 (127.0.0.1:1) is leaving (a planned drain, 30 s), but without it no ps "
+                                   "and worker are left: the job goes on with it")
+
+
+def test_a_node_that_left_is_recorded_and_released_and_one_that_does_not_answer_is_named(caplog):
+    from tfonline._recovery import Lost
+
+    setting = {"ps": 1, "worker": 1}
+    recovery = _recovery(setting, [0, 1, 2, 3])
+    recovery.engine.cluster.addresses = [f"127.0.0.1:{n}" for n in range(4)]
+    recovery.engine.let_go = lambda node: None
+    rows, released = [], []
+
+    def release(node):
+        released.append(node)
+        if node == 3:
+            raise RuntimeError("no channel")
+        return node != 2
+
+    recovery.recorder = SimpleNamespace(node_lost=lambda **row: rows.append(row))
+    recovery.claim = SimpleNamespace(release=release)
+    recovery.departing = [Lost(node, "idle", None, f"node {node} is leaving", setting, None, None, drained=True)
+                          for node in (1, 2, 3)]
+    recovery.close(step=40)  # the job ends: each is released, whatever the others do
+    assert released == [1, 2, 3] and recovery.departing == []
+    assert [(row["node"], row["step"], row["action"]) for row in rows] == [
+        (node, 40, "it was not in use; the job went on") for node in (1, 2, 3)]
+    assert caplog.messages[-3:] == [
+        "node 2 (127.0.0.1:2) does not answer its release: it stops at its own deadline",
+        "node 3 (127.0.0.1:3) left at step 40: node 3 is leaving; it was not in use; the job went on",
+        "node 3 could not be released: RuntimeError: no channel"]
