@@ -229,9 +229,9 @@ SIGUSR1 asks the node to leave without loss (a planned drain, before a host
 goes down): the job's driver moves its variables and its worker to the other
 nodes, then releases it, and the node stops (exit code 0). A node that its
 job does not release stops --drain-s seconds after the signal; one that no
-job holds, or a --fixed-threads node, stops at once. SIGTERM and Ctrl-C stop the node at once: its job then goes on
-without it as it would after a crash, back to its latest checkpoint if the
-node held variables.
+job holds, or a --fixed-threads node, stops at once. SIGTERM and Ctrl-C stop
+the node at once: its job then goes on without it as it would after a crash,
+back to its latest checkpoint if the node held variables.
 """
 
 
