@@ -259,26 +259,22 @@ def _call(address: str, index: int, build, timeout_s: float):
                 session.close()
 
 
+def _read(address: str, index: int, name: str, timeout_s: float):
+    """Node ``index``'s variable ``name``, in one call; None when it is not set (a node that cannot restart, or
+    of another kind: any TensorFlow error) or the node does not answer."""
+    return _call(address, index, lambda tf: tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, name),
+                                                                       dtype=tf.int64), timeout_s)
+
+
 def read_threads(address: str, index: int, timeout_s: float = 2.0) -> tuple[int, int] | None:
     """Node ``index``'s pools as it published them; None for a node that cannot restart (or does not answer)."""
-
-    def published(tf):
-        return tf.raw_ops.VarIsInitializedOp(resource=_handle(tf, index, THREADS))
-
-    def read(tf):
-        return tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, THREADS), dtype=tf.int64)
-
-    answered = _call(address, index, published, timeout_s)
-    if not answered:
-        return None
-    value = _call(address, index, read, timeout_s)
+    value = _read(address, index, THREADS, timeout_s)
     return None if value is None else (int(value[0]), int(value[1]))
 
 
 def read_cores(address: str, index: int, timeout_s: float = 2.0) -> int | None:
     """The cores node ``index`` offers (``tfonline node --cores``), as it published them; None when it did not."""
-    value = _call(address, index, lambda tf: tf.raw_ops.ReadVariableOp(resource=_handle(tf, index, CORES),
-                                                                        dtype=tf.int64), timeout_s)
+    value = _read(address, index, CORES, timeout_s)
     return None if value is None else int(value[0])
 
 

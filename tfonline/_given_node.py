@@ -134,8 +134,9 @@ def _await_request(watch, index: int, asked_to_leave: list[float], drain_s: int)
                 watch.leave(drain_s)
                 said = True
                 print(json.dumps({"event": "leaving", "drain_s": drain_s}), flush=True)
-            if said and (watch.released() or not watch.held()):  # moved off, or no job to move off
-                print(json.dumps({"event": "left", "released": watch.released()}), flush=True)
+            released = said and watch.released()
+            if said and (released or not watch.held()):  # moved off, or no job to move off
+                print(json.dumps({"event": "left", "released": released}), flush=True)
                 return None
             asked = None if said else watch.requested()
         except Exception as e:  # noqa: BLE001 (the watch is a helper: the node serves on without it)

@@ -52,7 +52,6 @@ class Monitor:
         self.recovery = recovery  # a tfonline._recovery.Recovery: the job goes on without a lost node
         self._lost = None  # a lost worker, until the switch without it
         self._drain = None  # a node that leaves (a planned drain), until the switch off it
-        self._first: str | None = None  # what came before the tuner's decision in flight, when a node went
         self.backend, self.cluster = switcher.backend, switcher.cluster
         self.recorder, self.progress, self.manager = recorder, progress, manager
         self.estimator_name, self.limit_s, self.started = estimator_name, limit_s, started
@@ -183,7 +182,7 @@ class Monitor:
                 workers.join()
             workers.pause.clear()
             if self._deciding is not None:
-                self._take_decision(first="the job ended first" if switch is None else self._first)
+                self._take_decision(first="the job ended first" if switch is None else self._node_first())
         return None if state.stopped.is_set() else switch
 
     def _without(self, error: NodeFailedError) -> Decision | None:
@@ -197,7 +196,7 @@ class Monitor:
         if lost.new is None:
             self.recovery.take_out(lost, state.step, state.sync)
             return None
-        self._lost, self._first = lost, f"node {lost.node} was lost first"
+        self._lost = lost
         if lost.back is not None:  # the job goes back: no step of the layout it leaves is waited for
             self.workers.abandon_all()
         else:
@@ -213,10 +212,14 @@ class Monitor:
         lost = self.recovery.leaving(self.state.setting) if self.recovery is not None else None
         if lost is None:
             return None
-        self._drain, self._first = lost, f"node {lost.node} left first"
+        self._drain = lost
         if not self.switcher.live(lost.new, lost.plan):
             self.workers.pause.set()
         return Decision(self.state.phase, dict(self.state.setting), lost.new, True, lost.action, plan=lost.plan)
+
+    def _node_first(self) -> str:
+        """Why the switch a node's loss or departure made came before the tuner's decision in flight."""
+        return f"node {self._lost.node} was lost first" if self._lost else f"node {self._drain.node} left first"
 
     def _back_without(self, error: FailedSwitch, old: dict, new: dict) -> None:
         """A node lost while the switch from ``old`` to ``new`` was made: the job goes back to its latest
