@@ -68,3 +68,23 @@ def test_too_few_runs_and_bad_segment(db_path, capsys):
     runs = load_runs(Repository(db_path, create=False), "Fake") * 2
     with pytest.raises(ConfigurationError, match="segment must be an integer >= 2, got 1"):
         estimate_quality(runs, "hogwild", segment=1)
+
+
+def test_a_runs_smoothing_window_is_read_off_its_recorded_losses(db_path):
+    """The quality measure counts iterations until the smoothed loss crosses the target, so it needs the
+    run's smoothing window: the recorded smoothed losses follow the driver's exponential average."""
+    from tfonline._state import SmoothedLoss
+    from tfonline.estimator._quality import Run
+
+    losses = 0.5 + 0.1 * np.random.default_rng(0).standard_normal(400)
+    for window in (5, 30, 50):
+        average = SmoothedLoss(window)
+        smoothed = np.array([average.add(loss) for loss in losses])
+        steps = np.arange(1, 401, dtype=float)
+        assert Run("j", "", 0.4, steps, losses, smoothed, steps).smoothing_window == window
+    # smoothed losses that are no exponential average of the losses: no window
+    assert Run("j", "", 0.4, steps, losses, np.linspace(0.6, 0.4, 400), steps).smoothing_window is None
+    _fake_runs(db_path)
+    repo = Repository(db_path)
+    assert {run.smoothing_window for run in load_runs(repo, "Fake")} == {None}
+    repo.close()

@@ -81,7 +81,7 @@ class Progress:
         earlier = tuple(zip(*history))[:2] if history else None
         try:
             self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
-            remaining = self.estimator.remaining_iterations(current, self.job.target_loss)
+            remaining = self.estimator.iterations_to_cross(current, self.job.target_loss, self.job.smoothing_window)
             if remaining is not None:
                 remaining = float(remaining)
         except Exception as e:  # a plug-in's bug costs the ETA, not the job

@@ -15,9 +15,11 @@ Never imports TensorFlow: it reads the repository only.
   picks over all m where at least two runs answered (1.0 is perfect).
 - **Relative error.** At 25%, 50% and 75% of each run, the estimator is
   fitted on the ``segment`` iterations before that point, and its remaining
-  iterations are compared with the run's actual remaining iterations:
-  ``|predicted − actual| / actual``. The median over runs is reported, with
-  how many runs gave no estimate.
+  iterations until the smoothed loss crosses the target
+  (:meth:`~tfonline.estimator.BaseEstimator.iterations_to_cross`, with the
+  run's smoothing window read off its recorded losses) are compared with
+  the run's actual remaining iterations: ``|predicted − actual| / actual``.
+  The median over runs is reported, with how many runs gave no estimate.
 """
 
 from __future__ import annotations
@@ -46,6 +48,27 @@ class Run:
     @property
     def training_time_s(self) -> float:
         return float(self.walls[-1] - self.walls[0])
+
+    @property
+    def smoothing_window(self) -> int | None:
+        """The window of the run's smoothed loss, an exponential average of weight a = 2 / (window + 1):
+        a is the least-squares solution of s_k − s_(k−1) = a·(l_k − s_(k−1)) over the run's second half,
+        where the average's start-up correction has long faded. None for a run too short to tell, or whose
+        smoothed losses do not follow that recursion (to a thousandth)."""
+        half = self.losses.size // 2
+        if half < 10:
+            return None
+        before = self.smoothed[half - 1:-1]
+        x, y = self.losses[half:] - before, self.smoothed[half:] - before
+        usable = np.isfinite(x) & np.isfinite(y)
+        denominator = float(np.dot(x[usable], x[usable]))
+        if denominator <= 0:
+            return None
+        a = float(np.dot(x[usable], y[usable])) / denominator
+        misfit = float(np.linalg.norm(y[usable] - a * x[usable]))
+        if not 0 < a <= 1 or misfit > 1e-3 * float(np.linalg.norm(y[usable])):
+            return None
+        return max(1, round(2.0 / a - 1.0))
 
 
 @dataclass
@@ -78,7 +101,7 @@ def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float
     """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration)."""
     est = estimator.fit(run.steps[lo:hi], run.losses[lo:hi], start_step=run.steps[lo] - 1,
                         start_loss=run.losses[lo], history=(run.steps[:lo], run.losses[:lo]))
-    remaining = est.remaining_iterations(float(run.smoothed[hi - 1]), run.target_loss)
+    remaining = est.iterations_to_cross(float(run.smoothed[hi - 1]), run.target_loss, run.smoothing_window)
     per_iteration_s = float(run.walls[hi - 1] - run.walls[lo]) / max(1.0, float(run.steps[hi - 1] - run.steps[lo]))
     return remaining, per_iteration_s
 
