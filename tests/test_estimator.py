@@ -16,6 +16,7 @@ from tfonline.estimator import (
     clean_segment,
     get_estimator,
 )
+from tfonline.estimator._base import CROSSING_MAX_ITERATIONS
 from tfonline.exceptions import ConfigurationError
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
@@ -353,6 +354,10 @@ def test_the_crossing_is_seeded_and_falls_back_to_the_remaining_iterations():
     assert short.scatter.size == 0
     assert short.iterations_to_cross(smoothed[199], 0.3, 5) == short.remaining_iterations(smoothed[199], 0.3)
     assert est.iterations_to_cross(0.29, 0.3, 5) == 0.0
+    # a far target: the paths are simulated only near it, and a dip shortens a long way by little
+    far = est.remaining_iterations(smoothed[3999], 0.05)
+    assert far > CROSSING_MAX_ITERATIONS
+    assert est.iterations_to_cross(smoothed[3999], 0.05, 5) == pytest.approx(far, rel=0.15)
 
 
 def test_a_long_history_is_averaged_not_thinned():
