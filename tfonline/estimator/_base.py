@@ -23,7 +23,7 @@ MAX_HISTORY_POINTS = 2000
 NOISE_WINDOW = 101  # the centred moving average the losses' noise is measured around (points)
 NOISE_POINTS = 1000  # the latest points of the job the noise is measured on
 CROSSING_PATHS = 64  # simulated paths of the smoothed loss (seeded: the same fit gives the same answer)
-CROSSING_SPAN = 6.0  # a path is simulated from where the trend is this many deviations of the average above the target
+CROSSING_SPAN = 4.0  # paths start where the trend is this many deviations of the average above the target
 CROSSING_GRID = 200  # losses at which the trend's iterations are read
 CROSSING_MAX_ITERATIONS = 250_000  # the most iterations a path is simulated for (about 0.2 s)
 

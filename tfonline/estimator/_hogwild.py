@@ -47,8 +47,9 @@ class HogwildEstimator(BaseEstimator):
     - **The curve's exponent from the job.** The bound has g grow linearly in
       the iterations; on real jobs it slows down: on the benchmark's LogR, g
       grew as k^0.41-0.51 (k: the job's iterations) over every stretch
-      measured, and the line, extrapolated from a quarter of the run, said 2×
-      too few iterations were left. With history, g = A·k^p is fitted over
+      measured, and the line, extrapolated from a quarter of the run, said
+      44% too few iterations were left (its job-wide rate comes mostly from
+      the fast start). With history, g = A·k^p is fitted over
       the later :data:`CURVE_SHARE` of the job (:meth:`_fit_power`) and the
       remaining iterations are k(ε) − k(l) along it. The exponent replaces
       the bound's 1 only when it is at least :data:`EXPONENT_T` standard

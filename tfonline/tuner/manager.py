@@ -531,7 +531,7 @@ class TuningManager:
     def exploration_left(self) -> float | None:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
         usable = [t for t in self.triples if t.usable and t.source is None]
-        return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
+        return self.budget.left(self.elapsed_s, usable[-1].remaining_s if usable else 0.0)
 
     def _explore(self) -> None:
         """The switch being decided explores: its cost, and its segment's time against the best setting seen, are charged."""
