@@ -305,8 +305,9 @@ def _fit_at(steps, losses, cut, segment=60):
 
 
 def test_hogwild_takes_a_slower_curves_exponent_from_the_job_and_keeps_the_bounds_line_otherwise():
-    """g growing as k^0.5: the fitted exponent is near 0.5 and the iterations left follow it, where the bound's
-    line says far too few; on the bound's own curve the line stays."""
+    """g growing as k^0.5: the fitted exponent is near 0.5 and the trend's iterations follow it, where the bound's
+    line (remaining_iterations, which the tuner decides on) says far too few; on the bound's own curve the line
+    stays."""
     line_errors, power_errors = [], []
     for seed in SEEDS:
         steps, losses, _, trend = noisy_job(seed, p=0.5, noise=0.05)
@@ -314,9 +315,8 @@ def test_hogwild_takes_a_slower_curves_exponent_from_the_job_and_keeps_the_bound
         assert est.exponent == pytest.approx(0.5, abs=0.1)
         later = int(np.argmax(trend <= trend[1999] - 0.02))  # where the trend is 0.02 lower
         truth = later - 1999
-        power_errors.append(abs(est.remaining_iterations(trend[1999], trend[later]) / truth - 1))
-        est.scale = math.nan  # the bound's line, fitted on the same points
-        line_errors.append(abs(est.remaining_iterations(trend[1999], trend[later]) / truth - 1))
+        power_errors.append(abs(est.trend_iterations(trend[1999], trend[later]) / truth - 1))
+        line_errors.append(abs(est.remaining_iterations(trend[1999], trend[later]) / truth - 1))  # the bound's line
         steps, losses, _, _ = noisy_job(seed, p=1.0, noise=0.05)
         # On the bound's own curve the line stays, or nearly: β, the largest smoothed loss, reads noisy first
         # losses high and bends log g a little (NOTES.md).
@@ -326,7 +326,7 @@ def test_hogwild_takes_a_slower_curves_exponent_from_the_job_and_keeps_the_bound
 
 def test_the_smoothed_loss_is_predicted_to_cross_the_target_before_the_trend_does():
     """On a flat, noisy curve the smoothed loss crosses the target on a dip, well before the trend reaches it:
-    iterations_to_cross tracks the actual crossing, remaining_iterations the trend's."""
+    iterations_to_cross tracks the actual crossing, trend_iterations the trend's."""
     cross_errors, plain_errors = [], []
     for seed in SEEDS:
         steps, losses, smoothed, trend = noisy_job(seed, alpha=4000.0, noise=0.05, window=5, n=20000)
@@ -338,7 +338,7 @@ def test_the_smoothed_loss_is_predicted_to_cross_the_target_before_the_trend_doe
             est = _fit_at(steps, losses, cut)
             actual = crossed - cut
             cross_errors.append(abs(est.iterations_to_cross(smoothed[cut - 1], target, 5) / actual - 1))
-            plain_errors.append(abs(est.remaining_iterations(smoothed[cut - 1], target) / actual - 1))
+            plain_errors.append(abs(est.trend_iterations(smoothed[cut - 1], target) / actual - 1))
     assert np.median(cross_errors) < 0.25 < np.median(plain_errors)
 
 
@@ -347,15 +347,15 @@ def test_the_crossing_is_seeded_and_falls_back_to_the_remaining_iterations():
     est = _fit_at(steps, losses, 4000)
     first = est.iterations_to_cross(smoothed[3999], 0.3, 5)
     assert first == est.iterations_to_cross(smoothed[3999], 0.3, 5)  # the same fit, the same answer
-    assert first < est.remaining_iterations(smoothed[3999], 0.3)
+    assert first < est.trend_iterations(smoothed[3999], 0.3)
     for window in (None, 1):  # no smoothing: the loss itself crosses
-        assert est.iterations_to_cross(smoothed[3999], 0.3, window) == est.remaining_iterations(smoothed[3999], 0.3)
+        assert est.iterations_to_cross(smoothed[3999], 0.3, window) == est.trend_iterations(smoothed[3999], 0.3)
     short = HogwildEstimator().fit(steps[:200], losses[:200])  # too few losses to measure their scatter
     assert short.scatter.size == 0
-    assert short.iterations_to_cross(smoothed[199], 0.3, 5) == short.remaining_iterations(smoothed[199], 0.3)
+    assert short.iterations_to_cross(smoothed[199], 0.3, 5) == short.trend_iterations(smoothed[199], 0.3)
     assert est.iterations_to_cross(0.29, 0.3, 5) == 0.0
     # a far target: the paths are simulated only near it, and a dip shortens a long way by little
-    far = est.remaining_iterations(smoothed[3999], 0.05)
+    far = est.trend_iterations(smoothed[3999], 0.05)
     assert far > CROSSING_MAX_ITERATIONS
     assert est.iterations_to_cross(smoothed[3999], 0.05, 5) == pytest.approx(far, rel=0.15)
 

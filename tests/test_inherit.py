@@ -114,8 +114,8 @@ def test_the_inherited_weight_shortens_or_skips_the_random_phase_and_the_budget_
     assert manager.random_settings == 10 - 5  # the paper's N = 10, less the weight's whole part
     assert manager.best_per_iteration_s() == pytest.approx(min(t.per_iteration_s for t in near))
     assert manager.time_share() == 0.0  # no R̂ of its own yet: another job's remaining time is not this one's
-    decisions = sim.SimulatedJob(0).drive(manager, 8)  # random settings drawn: at most the 5 left
-    assert sum(d.reason.startswith("initialisation: random setting") for d in decisions) <= 5
+    decisions = sim.SimulatedJob(0).drive(manager, 8)
+    assert [d.phase for d in decisions].count("random") <= 5
     skipped = sim.make_manager(space, 0, history=[dataclasses.replace(t, source="a") for t in _triples(space, 11, 2)])
     assert [d.phase for d in sim.SimulatedJob(0).drive(skipped, 3)] == ["online"] * 3
 
@@ -182,7 +182,7 @@ def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_deci
     started from it conditions its GP on the observations with those hyperparameters, until its overhead
     share pays for a fit of its own."""
     space = sim.space()
-    first = sim.make_manager(space, 0, 0.305, random_settings=3, exploration_budget=None)  # 3 random, then online
+    first = sim.make_manager(space, 0, 0.305, random_settings=3)
     decisions = sim.SimulatedJob(0, 0.305).drive(first, 5)
     fits = [d.gp_fit for d in decisions if d.gp_fit is not None]
     assert len(fits) == 2 and all(f.cost_s > 0 for f in fits)  # the 2 online decisions (no share: each fits)

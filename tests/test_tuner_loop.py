@@ -317,20 +317,6 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     assert sim.time_per_progress(manager.current) < 0.5 * sim.time_per_progress(decisions[0].current)
 
 
-def test_the_budget_counts_the_time_left_as_at_most_the_time_so_far():
-    """An estimate that is high early (or right, for a job that has hardly begun) buys no more exploring than
-    twice the fraction of the time so far: a job explores as it goes, and a short job little."""
-    from tfonline.tuner.budget import ExplorationBudget
-
-    budget = ExplorationBudget(0.08)
-    assert budget.left(10.0, 1000.0) == pytest.approx(0.08 * 20.0)  # 1.6 s, not 80 s
-    assert budget.left(100.0, 50.0) == pytest.approx(0.08 * 150.0)  # the estimate, once it is the smaller
-    budget.explore(None)
-    budget.switch_made(1.0)
-    assert budget.left(10.0, 1000.0) == pytest.approx(0.6) and budget.left(2.0, 1000.0) == 0.0
-    assert ExplorationBudget(None).left(10.0, 1000.0) is None
-
-
 def test_late_in_the_job_is_judged_by_the_estimated_share_of_its_time():
     """The random phase ends once the job is an estimated (1 − budget) through its time (elapsed / (elapsed +
     R̂)), not when its loss has covered that share of its way: a loss falls fastest early."""

@@ -312,6 +312,12 @@ class BaseEstimator(abc.ABC):
             return None
         return max(0.0, float(remaining))
 
+    def trend_iterations(self, current_loss: float, target_loss: float) -> float | None:
+        """Iterations the loss's trend takes from ``current_loss`` to ``target_loss`` along the curve the
+        job has followed so far: :meth:`remaining_iterations` unless an estimator knows better (the
+        Hogwild! estimator fits the curve's exponent)."""
+        return self.remaining_iterations(current_loss, target_loss)
+
     def iterations_to_cross(self, smoothed_loss: float, target_loss: float,
                             smoothing_window: int | None) -> float | None:
         """Iterations until the job's smoothed loss first reaches ``target_loss``: when the job stops.
@@ -325,7 +331,7 @@ class BaseEstimator(abc.ABC):
         0.045.) The rule:
 
         - the trend goes from ``smoothed_loss`` along this estimator's curve
-          (:meth:`remaining_iterations` read at :data:`CROSSING_GRID` losses);
+          (:meth:`trend_iterations` read at :data:`CROSSING_GRID` losses);
         - each loss is the trend times 1 plus a deviation drawn from those
           measured in the fit (:attr:`scatter`, :func:`_scatter`: the latest
           :data:`NOISE_POINTS` raw losses, spikes kept, relative to their
@@ -336,11 +342,11 @@ class BaseEstimator(abc.ABC):
           as no path crosses before), and the answer is their median first
           crossing.
 
-        Returns :meth:`remaining_iterations` when no window is given, no
+        Returns :meth:`trend_iterations` when no window is given, no
         noise was measured, or most paths do not cross within
         :data:`CROSSING_MAX_ITERATIONS`; None when that is None.
         """
-        remaining = self.remaining_iterations(smoothed_loss, target_loss)
+        remaining = self.trend_iterations(smoothed_loss, target_loss)
         if not remaining or not smoothing_window or smoothing_window <= 1 or not self.scatter.size:
             return remaining
         a = 2.0 / (smoothing_window + 1)
@@ -349,7 +355,7 @@ class BaseEstimator(abc.ABC):
         losses = np.linspace(smoothed_loss, max(target_loss - 4.0 * deviation, 1e-12), CROSSING_GRID)
         ahead = []
         for loss in losses:
-            k = self.remaining_iterations(smoothed_loss, float(loss)) if loss < smoothed_loss else 0.0
+            k = self.trend_iterations(smoothed_loss, float(loss)) if loss < smoothed_loss else 0.0
             if k is None or not math.isfinite(k):
                 break
             ahead.append(k)

@@ -128,11 +128,17 @@ class HogwildEstimator(BaseEstimator):
             return np.log(self.beta / loss) / loss
 
     def iterations_to(self, loss: float) -> float:
-        """The fitted curve's iterations from where its g is 0 (the loss β) to ``loss``."""
-        g = float(self._g(loss))
-        if math.isnan(self.scale):
-            return self.alpha * g
-        return (max(g, 0.0) / self.scale) ** (1.0 / self.exponent)
+        """The fitted line's iterations from where its g is 0 (the loss β) to ``loss``."""
+        return self.alpha * float(self._g(loss))
+
+    def trend_iterations(self, current_loss: float, target_loss: float) -> float | None:
+        """Along g = A·k^p, the job's own curve, when its exponent was told apart from 1; else the line's."""
+        remaining = self.remaining_iterations(current_loss, target_loss)
+        if not remaining or math.isnan(self.scale):
+            return remaining
+        k = [(max(float(self._g(loss)), 0.0) / self.scale) ** (1.0 / self.exponent)
+             for loss in (target_loss, min(current_loss, math.e * self.beta))]
+        return max(0.0, k[0] - k[1]) if math.isfinite(k[0]) else None
 
     def _remaining(self, current_loss, target_loss):
         # g falls with the loss only below e·β; above that, count from there.

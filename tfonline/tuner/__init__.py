@@ -73,8 +73,7 @@ class Tuning:
             initial_iterations=self.initial_iterations, random_settings=self.random_settings,
             segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s, seed=seed,
             history=inheritance.triples, exploration_budget=self.exploration_budget, technique=technique,
-            overhead_share=self.overhead_share, speed_prior=self.speed_prior, gp_fit=inheritance.gp_fit,
-            smoothing_window=getattr(job, "smoothing_window", None))
+            overhead_share=self.overhead_share, speed_prior=self.speed_prior, gp_fit=inheritance.gp_fit)
         manager.inheritance = inheritance
         return manager
 

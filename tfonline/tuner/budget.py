@@ -24,18 +24,16 @@ class ExplorationBudget:
     """Exploring (random settings, and online switches made on EI alone) may spend ``fraction`` of the job's
     estimated length; None: no budget.
 
-    The length is the job's time so far plus the latest R̂, re-estimated at
-    every decision, with R̂ taken as at most the time so far (:meth:`left`):
-    the budget is never more than twice ``fraction`` of the time so far. An
-    estimate that is high early cannot buy exploring that the job has no
-    time to pay back (the CNN benchmark's first R̂ gave a 60-s job 75 s; on
-    LogR, once R̂ was no longer 44% low at a quarter of the run, a 55-s job
-    explored an XLA compile of 10 s: NOTES.md, 2026-11-25), and a short job
-    explores less. The spending is every exploring switch's measured cost
-    plus the time its segment lost (or won: a credit) against the best
-    setting seen before it. The charge misses the way back, the iterations
-    trained while the next switch is prepared, and the warm-up (NOTES.md,
-    2026-11-24).
+    The length is the job's time so far + the latest R̂, re-estimated at
+    every decision (:meth:`left`). The spending is every exploring switch's
+    measured cost plus the time its segment lost (or won: a credit) against
+    the best setting seen before it. An estimator that is low early
+    (hogwild's R̂ was 3-5× low on LogR after the initial phase) allows
+    little at first; as the job outlives its estimate, its time so far makes
+    up for it. One that is high early allows too much (the CNN benchmark's
+    first R̂ gave a 60-s job 75 s). The charge misses the way back, the
+    iterations trained while the next switch is prepared, and the warm-up
+    (NOTES.md, 2026-11-24).
     """
 
     def __init__(self, fraction: float | None):
@@ -44,11 +42,11 @@ class ExplorationBudget:
         self._charge_switch = False  # the switch being applied explores: its cost is charged
         self._reference: float | None = None  # the per-iteration time an exploring segment is measured against
 
-    def left(self, elapsed_s: float, remaining_s: float) -> float | None:
+    def left(self, estimated_length_s: float) -> float | None:
         """Seconds the job may still spend exploring; None without a budget."""
         if self.fraction is None:
             return None
-        return max(0.0, self.fraction * (elapsed_s + min(remaining_s, elapsed_s)) - self.spent_s)
+        return max(0.0, self.fraction * estimated_length_s - self.spent_s)
 
     def explore(self, reference_per_iteration_s: float | None) -> None:
         """The switch being decided explores: its cost, and its segment's time against ``reference``, are charged."""

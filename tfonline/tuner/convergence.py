@@ -153,19 +153,14 @@ def segment_slope(steps: Sequence[float], losses: Sequence[float]) -> SegmentSlo
 
 
 class Reference:
-    """The job's loss curve, as a fitted estimator describes it: iterations left, and the pace at a loss.
+    """The job's loss curve, as a fitted estimator describes it: iterations left, and the pace at a loss."""
 
-    The iterations left from a loss trend are those until the job's smoothed loss (over
-    ``smoothing_window``) crosses the target: :meth:`~tfonline.estimator.BaseEstimator.iterations_to_cross`.
-    """
-
-    def __init__(self, estimator: BaseEstimator, target_loss: float, smoothing_window: int | None = None):
+    def __init__(self, estimator: BaseEstimator, target_loss: float):
         self.estimator = estimator
         self.target_loss = target_loss
-        self.smoothing_window = smoothing_window
 
     def iterations_left(self, loss: float) -> float | None:
-        return self.estimator.iterations_to_cross(loss, self.target_loss, self.smoothing_window)
+        return self.estimator.remaining_iterations(loss, self.target_loss)
 
     def rate(self, loss: float) -> float | None:
         """How fast the curve's loss falls per iteration at ``loss`` (> 0), or None."""

@@ -164,7 +164,7 @@ class TuningManager:
             options say.
         seed: seeds the random phase and the GP.
         history: triples of earlier runs of the same job (resuming).
-        gp_fit: an earlier job's GP fit to start from (:mod:`tfonline.tuner.inherit`); smoothing_window: the job's.
+        gp_fit: an earlier job's GP fit to start from (:mod:`tfonline.tuner.inherit`).
     """
 
     def __init__(self, space: KnobSpace, start: dict[str, Any], target_loss: float,
@@ -173,14 +173,14 @@ class TuningManager:
                  seed: int = 0, history: Sequence[Triple] = (), cost_model: CostModel | None = None,
                  exploration_budget: float | None = EXPLORATION_BUDGET, technique: str = "online",
                  overhead_share: float | None = OVERHEAD_SHARE, speed_prior: bool = False,
-                 gp_fit: GPFit | None = None, smoothing_window: int | None = None):
+                 gp_fit: GPFit | None = None):
         check_options(initial_iterations, random_settings, segment_iterations, min_segment_s, exploration_budget,
                       overhead_share)
         self.overhead = OverheadBudget(overhead_share)
         self.space = space
         self.technique = technique  # how the driver switches (run(reconfig=...)): each decision's plan uses it
         self.current = dict(start)
-        self.target_loss, self.smoothing_window = target_loss, smoothing_window
+        self.target_loss = target_loss
         self.make_estimator = make_estimator
         self.initial_iterations = initial_iterations
         self.random_settings = random_settings
@@ -306,7 +306,7 @@ class TuningManager:
         estimator = self.make_estimator()
         history = (np.array(self.job_steps), np.array(self.job_losses)) if self.job_steps else None
         estimator.fit(run.steps, run.losses, history=history)
-        reference = Reference(estimator, self.target_loss, self.smoothing_window)
+        reference = Reference(estimator, self.target_loss)
         remaining = reference.iterations_left(loss_before)
         if remaining is None:
             return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason, slope)
@@ -531,7 +531,7 @@ class TuningManager:
     def exploration_left(self) -> float | None:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
         usable = [t for t in self.triples if t.usable and t.source is None]
-        return self.budget.left(self.elapsed_s, usable[-1].remaining_s if usable else 0.0)
+        return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
 
     def _explore(self) -> None:
         """The switch being decided explores: its cost, and its segment's time against the best setting seen, are charged."""
