@@ -366,3 +366,23 @@ def test_a_long_history_is_averaged_not_thinned():
     steps, losses, _, trend = noisy_job(1, p=0.5, noise=0.2, n=12000)
     est = _fit_at(steps, losses, 11000)
     assert est.exponent == pytest.approx(0.5, abs=0.1)
+
+
+def test_a_curve_that_needs_billions_of_iterations_is_not_simulated():
+    """A flat curve's trend can need more iterations than any job runs (an exponent near 0): the crossing
+    answers the trend's figure at once rather than simulating paths that far (a job's ETA once hung there)."""
+    from tfonline.estimator import BaseEstimator
+
+    class Flat(BaseEstimator):
+        name, min_points = "flat", 2
+
+        def _fit(self, segment):
+            return None
+
+        def _remaining(self, current, target):
+            return (current - target) * 1e15, None
+
+    losses = 0.5 + 0.05 * np.random.default_rng(0).standard_normal(400)
+    est = Flat().fit(np.arange(1, 401, dtype=float), losses)
+    assert est.scatter.size == 400
+    assert est.iterations_to_cross(0.5, 0.4, 50) == pytest.approx(1e14)

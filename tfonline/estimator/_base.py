@@ -25,7 +25,8 @@ NOISE_POINTS = 1000  # the latest points of the job the noise is measured on
 CROSSING_PATHS = 64  # simulated paths of the smoothed loss (seeded: the same fit gives the same answer)
 CROSSING_SPAN = 4.0  # paths start where the trend is this many deviations of the average above the target
 CROSSING_GRID = 200  # losses at which the trend's iterations are read
-CROSSING_MAX_ITERATIONS = 250_000  # the most iterations a path is simulated for (about 0.2 s)
+CROSSING_MAX_ITERATIONS = 50_000  # the most iterations a path is simulated for (about 0.1 s)
+CROSSING_HORIZON = 1e9  # a trend further from the target than this many iterations is not simulated
 
 
 def smooth(losses: np.ndarray, window: int = SMOOTHING_WINDOW) -> np.ndarray:
@@ -343,7 +344,8 @@ class BaseEstimator(abc.ABC):
           crossing.
 
         Returns :meth:`trend_iterations` when no window is given, no
-        noise was measured, or most paths do not cross within
+        noise was measured, the trend needs :data:`CROSSING_HORIZON`
+        iterations or more, or most paths do not cross within
         :data:`CROSSING_MAX_ITERATIONS`; None when that is None.
         """
         remaining = self.trend_iterations(smoothed_loss, target_loss)
@@ -362,6 +364,8 @@ class BaseEstimator(abc.ABC):
         if len(ahead) < 2 or losses[len(ahead) - 1] > target_loss:
             return remaining  # the curve does not reach the target's neighbourhood: no better answer
         ahead, losses = np.maximum.accumulate(np.array(ahead)), losses[:len(ahead)]
+        if not ahead[-1] < CROSSING_HORIZON:  # a flat curve's answer in the billions: simulating says no more
+            return remaining
         first = float(np.interp(-(target_loss + CROSSING_SPAN * deviation), -losses, ahead))
         begin = max(0, int(first) - 3 * smoothing_window)
         end = min(float(ahead[-1]) + 4 * smoothing_window, begin + CROSSING_MAX_ITERATIONS)
