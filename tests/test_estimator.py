@@ -363,8 +363,18 @@ def test_the_crossing_is_seeded_and_falls_back_to_the_remaining_iterations():
 def test_a_long_history_is_averaged_not_thinned():
     """Beyond MAX_HISTORY_POINTS the history's runs of points are replaced by their means: the curve the
     estimator sees is as smooth as the job's whole history makes it."""
-    steps, losses, _, trend = noisy_job(1, p=0.5, noise=0.2, n=12000)
-    est = _fit_at(steps, losses, 11000)
+    seen = []
+
+    class Seeing(HogwildEstimator):
+        def _fit(self, segment):
+            seen.append(segment)
+            return super()._fit(segment)
+
+    steps, losses, _, _ = noisy_job(1, p=0.5, noise=0.2, n=12000)
+    est = Seeing().fit(steps[4000:4060], losses[4000:4060], history=(steps[:4000], losses[:4000]))
+    _, kept, _ = clean_segment(steps[:4000], losses[:4000])  # the spikes go first
+    means = [run.mean() for run in np.array_split(kept, 2000)]  # runs of 2 (or 1) consecutive losses
+    assert seen[0].history_losses.size == 2000 and np.allclose(seen[0].history_losses, means)
     assert est.exponent == pytest.approx(0.5, abs=0.1)
 
 

@@ -287,7 +287,8 @@ class BaseEstimator(abc.ABC):
             raw = tuple(np.concatenate([np.asarray(h, dtype=float), r]) for h, r in zip(history, raw))
         self.scatter = _scatter(raw[1][np.isfinite(raw[1]) & (raw[1] >= 0)])
         if history_steps.size > MAX_HISTORY_POINTS:
-            starts = np.array([c[0] for c in np.array_split(np.arange(history_steps.size), MAX_HISTORY_POINTS)])
+            size, longer = divmod(history_steps.size, MAX_HISTORY_POINTS)  # the first `longer` runs hold one more
+            starts = np.arange(MAX_HISTORY_POINTS) * size + np.minimum(np.arange(MAX_HISTORY_POINTS), longer)
             sizes = np.diff(np.append(starts, history_steps.size))
             history_steps = np.add.reduceat(history_steps, starts) / sizes
             history_losses = np.add.reduceat(history_losses, starts) / sizes

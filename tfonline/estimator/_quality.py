@@ -25,6 +25,7 @@ Never imports TensorFlow: it reads the repository only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Run:
     def training_time_s(self) -> float:
         return float(self.walls[-1] - self.walls[0])
 
-    @property
+    @cached_property  # read once per run: every estimate of the run needs it
     def smoothing_window(self) -> int | None:
         """The window of the run's smoothed loss, an exponential average of weight a = 2 / (window + 1):
         a is the least-squares solution of s_k − s_(k−1) = a·(l_k − s_(k−1)) over the run's second half,
