@@ -74,6 +74,20 @@ def optimum(sp: KnobSpace) -> float:
     return best
 
 
+# A job of the calibrated speed model's form (9 coefficients: tfonline.simulator.FEATURES), with XLA compiles.
+THETA = [0.004, 0.002, 0.001, 0.0005, 0.003, 0.0005, 0.002, 0.004, 0.012]
+LONG = LossCurve(b0=1 / 400, b1=2.0, b2=0.3)  # about 6,000 iterations: room for a few decisions
+
+
+def small_workload(**changes) -> Workload:
+    """A 4-node job on one 2-core host that converges in about 2,000 iterations."""
+    speed = SpeedModel(THETA, hosts=1, cores=2, compile_s={"ON_1": 3.0, "ON_2": 6.0})
+    options = dict(name="SmallJob", nodes=4, speed=speed, curve=LossCurve(b0=1 / 100, b1=2.0, b2=0.3),
+                   target_loss=0.36, model_bytes=1e6, start_s=2.0)
+    options.update(changes)
+    return Workload(**options)
+
+
 def SimulatedJob(seed: int, target_loss: float = 0.33) -> Segments:
     """The known surface's job, segment by segment; a switch costs ``switch_cost_s`` (0.1 s)."""
     workload = Workload("KnownSurface", NODES, KnownSurface(), CURVE, target_loss=target_loss, model_bytes=0.0,

@@ -11,8 +11,7 @@ from test_bench import BENCH
 
 
 def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
-    """Smoke mode: one tuned seed, its checkpoint-restart run and one random fixed setting of the LogR example
-    at its demo size (about 40 s)."""
+    """Smoke mode: one tuned seed and one random fixed setting of the LogR example at its demo size (about 25 s)."""
     out = subprocess.run([sys.executable, BENCH, "--mode", "smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     assert out.returncode == 0, out.stderr[-2000:]

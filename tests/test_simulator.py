@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from simulated import LONG, THETA, small_workload
 
 from tfonline.cli import main
 from tfonline.exceptions import ConfigurationError
@@ -21,21 +22,8 @@ from tfonline.tuner.manager import OVERHEAD_SHARE
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
-THETA = [0.004, 0.002, 0.001, 0.0005, 0.003, 0.0005, 0.002, 0.004, 0.012]
 QUICK_TUNING = Tuning(initial_iterations=20, random_settings=2, segment_iterations=60, min_segment_s=0,
                       exploration_budget=None, resume=False)
-
-
-LONG = LossCurve(b0=1 / 400, b1=2.0, b2=0.3)  # about 6,000 iterations: room for a few decisions
-
-
-def small_workload(**changes) -> Workload:
-    """A 4-node job on one 2-core host that converges in about 2,000 iterations."""
-    speed = SpeedModel(THETA, hosts=1, cores=2, compile_s={"ON_1": 3.0, "ON_2": 6.0})
-    options = dict(name="SmallJob", nodes=4, speed=speed, curve=LossCurve(b0=1 / 100, b1=2.0, b2=0.3),
-                   target_loss=0.36, model_bytes=1e6, start_s=2.0)
-    options.update(changes)
-    return Workload(**options)
 
 
 def test_the_speed_model_is_optimus_form_plus_threads_crowding_and_xla():

@@ -90,7 +90,7 @@ def test_each_job_of_a_tuned_sweep_starts_from_the_earlier_ones_and_the_report_s
     assert (f"  inherited:       {count} observation{'s' if count != 1 else ''} from 1 job: {first.job_id} "
             f"(TunedLogR, distance 0.00, {count}{', and its GP fit' if fitted else ''})") in capsys.readouterr().out
     assert main(["report", db_path, "--job", namesake.job_id]) == 0
-    assert "; started on the setting it ended on)" in capsys.readouterr().out
+    assert "; started on its best setting)" in capsys.readouterr().out
 
 
 @pytest.mark.fast

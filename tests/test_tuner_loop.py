@@ -28,7 +28,7 @@ from tfonline.tuner.space import KnobSpace
 DECISIONS = 40
 
 
-@pytest.mark.parametrize("seed", [0, 1])  # 17 s each on 2 cores (seed 2 passed too: the suite's time is short)
+@pytest.mark.parametrize("seed", [0])  # 14-17 s a seed on 2 cores (seeds 1 and 2 passed too: the suite's time is short)
 def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
     """Five free knobs (ps, worker, two thread pools, XLA); the start is about 8x slower than the optimum.
 

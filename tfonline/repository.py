@@ -200,7 +200,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
     "inheritances": (  # v7: the earlier jobs a tuned job's tuner started from (tfonline.tuner.inherit)
         {"job_id": str, "from_job_id": str, "name": str, "distance": float, "triples": int,
          "gp_fit": int,  # v9: 1 for the job whose GP fit the tuner started from
-         "start": int},  # v10: 1 for the job whose last setting the job started on
+         "start": int},  # v10: 1 for the job whose (best) setting the job started on
         ("job_id", "from_job_id"),
     ),
     "evaluations": (

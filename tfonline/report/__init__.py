@@ -53,7 +53,7 @@ JSON_SCHEMA = {
     "resumes": "[{step, lost_steps, gap_s, checkpoint}]: each time the job was resumed from a checkpoint",
     "inherited": "[{job_id, name, distance, triples, gp_fit, start}]: the earlier jobs its tuner started from, "
                  "nearest first (gp_fit: 1 for the job whose GP fit it started from; start: 1 for the job whose "
-                 "last setting it started on)",
+                 "best setting it started on)",
     "node_losses": "[{step, node, address, role ('worker' | 'ps' | 'idle'), cause, action}]: each node the job "
                    "lost and went on without",
     "node_joins": "[{step, node, address}]: each node of a given cluster that joined the job once it served",
@@ -249,7 +249,7 @@ def inherited_text(sources: list[dict[str, Any]]) -> str:
     count = sum(s["triples"] for s in sources)
     listed = ", ".join(f"{s['job_id']} ({s['name']}, distance {s['distance']:.2f}, {s['triples']}"
                        f"{', and its GP fit' if s.get('gp_fit') else ''}"
-                       f"{'; started on the setting it ended on' if s.get('start') else ''})" for s in sources)
+                       f"{'; started on its best setting' if s.get('start') else ''})" for s in sources)
     return f"{count} observation{'s' if count != 1 else ''} from {len(sources)} job{'s' if len(sources) != 1 else ''}: {listed}"
 
 

@@ -133,6 +133,12 @@ def slope_from_columns(row) -> SegmentSlope | None:
 SPEED_KNOBS = ("worker",)
 
 
+def speed_names(space) -> tuple[str, ...]:
+    """The knobs a setting's convergence speed depends on in ``space`` (a KnobSpace): :data:`SPEED_KNOBS` and
+    the user's own knobs."""
+    return SPEED_KNOBS + tuple(knob.name for knob in space.extra_knobs)
+
+
 def speed_key(setting: dict[str, Any], names: Sequence[str] = SPEED_KNOBS) -> tuple:
     """What a setting's convergence speed depends on (rule 2): the values of ``names`` (its workers, and the
     user's own knobs)."""

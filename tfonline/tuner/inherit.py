@@ -18,23 +18,33 @@ shortened by the whole part of the inherited triples' weight,
   either has none, as before signatures were recorded).
 - A job unlike any before it inherits nothing and tunes as if alone.
 
-A tuned job given no setting starts on the setting its nearest earlier job
-that reached its target ended on (:attr:`Inheritance.start`), not on
-TensorFlow's default: what the earlier job's tuner concluded on the same
-kind of job, so a sweep does not pay again for the switches away from the
-default. It is the best setting near that job's target, which the new
-job's tuner revises from its first decision on.
+A tuned job given no setting starts on the best setting of its nearest
+earlier job that reached its target (:attr:`Inheritance.start`), not on
+TensorFlow's default, so a sweep does not pay again for the switches away
+from the default. The new job's tuner revises it from its first decision on.
+
+- The number of workers (with the user's own knobs: the setting's speed key,
+  :func:`tfonline.tuner.convergence.speed_key`) is the one the earlier job
+  ended on: what its tuner concluded converges soonest near the target.
+- Of that job's settings of this key, the one with the lowest median
+  measured time per iteration: settings of one key need the same iterations,
+  so the fastest per iteration finishes first. The setting a job ends on is
+  not always its best: one whose random phase ran late ended on a setting of
+  3 ms per iteration, the default of the same workers ran at 1.9 ms, and the
+  next job started on the slow one (2026-11-25).
+- A job whose last setting has no measured time starts on it as it is.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from tfonline.signature import Signature, distance
 from tfonline.tuner._records import GPFit, Triple
-from tfonline.tuner.convergence import slope_from_columns
+from tfonline.tuner.convergence import slope_from_columns, speed_key, speed_names
 from tfonline.tuner.space import KnobSpace
 
 # Farther than this (about a factor of e in the parameters' bytes or the work per example, or another
@@ -56,14 +66,14 @@ class Source:
 class Inheritance:
     """The triples a job starts from (farthest first, its own run's last), where they came from, the GP fit
     it starts from (the latest of the nearest job that recorded one, its own run's first), and the setting
-    a job given none starts on (the last of the nearest job that reached its target)."""
+    a job given none starts on (the best of the nearest job that reached its target)."""
 
     triples: list[Triple] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     gp_fit: GPFit | None = None
     gp_fit_from: str | None = None  # the job whose fit it is
     start: dict | None = None
-    start_from: str | None = None  # the job whose last setting it is
+    start_from: str | None = None  # the job whose best setting it is
 
 
 def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None, space: KnobSpace,
@@ -115,22 +125,32 @@ def inherit(repo, job_id: str | None, job_name: str, signature: Signature | None
             inheritance.gp_fit_from = jid
             break
     for source in inheritance.sources:
-        inheritance.start = _final_setting(repo, source.job_id, space)
+        inheritance.start = _best_setting(repo, source.job_id, space, by_job[source.job_id])
         if inheritance.start is not None:
             inheritance.start_from = source.job_id
             break
     return inheritance
 
 
-def _final_setting(repo, job_id: str, space: KnobSpace) -> dict | None:
-    """The setting a job that reached its target trained its last segment on, if ``space`` holds it; else None."""
+def _best_setting(repo, job_id: str, space: KnobSpace, triples: list[Triple]) -> dict | None:
+    """The setting a job that reached its target would best start on (the module's docstring), if ``space``
+    holds it; else None."""
     rows = list(repo.rows("select s.knobs from jobs j join segments g on g.job_id = j.id "
                           "join settings s on s.id = g.setting_id where j.id = ? and j.status = 'converged' "
                           "order by g.segment desc limit 1", [job_id]))
     if not rows:
         return None
-    setting = json.loads(rows[0]["knobs"])
-    return setting if space.contains(setting) else None
+    last = json.loads(rows[0]["knobs"])
+    if not space.contains(last):
+        return None
+    names = speed_names(space)
+    times: dict[str, tuple[dict, list[float]]] = {}
+    for t in triples:
+        if t.per_iteration_s is not None and speed_key(t.setting, names) == speed_key(last, names):
+            times.setdefault(json.dumps(t.setting, sort_keys=True), (t.setting, []))[1].append(t.per_iteration_s)
+    if json.dumps(last, sort_keys=True) not in times:
+        return last
+    return min(times.values(), key=lambda entry: statistics.median(entry[1]))[0]
 
 
 def _latest_fit(repo, job_id: str) -> GPFit | None:

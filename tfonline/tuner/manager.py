@@ -66,7 +66,7 @@ from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
-from tfonline.tuner.convergence import SPEED_KNOBS, Reference, Speeds, segment_slope, speed_key
+from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key, speed_names
 from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
 from tfonline.tuner.explore import draw, explore_price
@@ -317,7 +317,7 @@ class TuningManager:
                        speed=speed)
 
     def speed_names(self) -> tuple[str, ...]:  # the knobs a setting's convergence speed depends on (speed_key)
-        return SPEED_KNOBS + tuple(knob.name for knob in self.space.extra_knobs)
+        return speed_names(self.space)
 
     def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
         """The settings' convergence speeds, from every segment so far, against the latest reference."""
