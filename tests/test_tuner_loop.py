@@ -452,7 +452,7 @@ def test_the_loss_trend_reads_a_noisy_line_and_triples_under_the_target_are_unus
     assert decision is not None
 
 
-@pytest.mark.parametrize("seed", [0, 1])  # 14-17 s each on 2 cores (seed 2 passed too: the suite's time is short)
+@pytest.mark.parametrize("seed", [0])  # 11-14 s a seed on 2 cores (seeds 1 and 2 passed too: the suite's time is short)
 def test_a_setting_that_needs_more_iterations_loses_to_one_that_finishes_first(seed):
     """Four asynchronous workers take the least time per iteration but need 1.67x the iterations of two
     (staleness): the job starts on four and ends on a setting within 10% of the best time to the target: the
