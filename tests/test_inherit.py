@@ -207,8 +207,9 @@ def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_deci
 
 def test_a_job_given_no_setting_starts_where_the_nearest_earlier_job_that_reached_its_target_ended(tmp_path):
     """A sweep's later job starts on the setting the nearest earlier job's tuner ended on (the best of its
-    workers, below), not on TensorFlow's default (one CNN job at a high learning rate lost its network on the default's 3 asynchronous workers
-    before its first decision): from a job that reached its target, on this space's nodes and pins."""
+    workers, below), not on TensorFlow's default (one CNN job at a high learning rate lost its network on the
+    default's 3 asynchronous workers before its first decision): from a job that reached its target, on this
+    space's nodes and pins."""
     space = sim.space()
     first, last = _settings(space, 2, 0)
     big = dict(first, ps=3, worker=3)

@@ -42,6 +42,7 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
+from tfonline.setting import setting_key
 from tfonline.signature import Signature, distance
 from tfonline.tuner._records import GPFit, Triple
 from tfonline.tuner.convergence import slope_from_columns, speed_key, speed_names
@@ -147,8 +148,8 @@ def _best_setting(repo, job_id: str, space: KnobSpace, triples: list[Triple]) ->
     times: dict[str, tuple[dict, list[float]]] = {}
     for t in triples:
         if t.per_iteration_s is not None and speed_key(t.setting, names) == speed_key(last, names):
-            times.setdefault(json.dumps(t.setting, sort_keys=True), (t.setting, []))[1].append(t.per_iteration_s)
-    if json.dumps(last, sort_keys=True) not in times:
+            times.setdefault(setting_key(t.setting), (t.setting, []))[1].append(t.per_iteration_s)
+    if setting_key(last) not in times:
         return last
     return min(times.values(), key=lambda entry: statistics.median(entry[1]))[0]
 
