@@ -29,9 +29,11 @@ from the default. The new job's tuner revises it from its first decision on.
 - Of that job's settings of this key, the one with the lowest median
   measured time per iteration: settings of one key need the same iterations,
   so the fastest per iteration finishes first. The setting a job ends on is
-  not always its best: one whose random phase ran late ended on a setting of
-  3 ms per iteration, the default of the same workers ran at 1.9 ms, and the
-  next job started on the slow one (2026-11-25).
+  not always its best of its workers: a LogR job whose random phase ran late
+  ended on ps2 w2 at 3.0-3.1 ms per iteration, where ps2 w2 with other
+  thread and optimizer knobs had run at 2.7 ms (2026-11-25). TensorFlow's
+  default there, on 3 workers, ran at 1.8-2.5 ms; comparing across worker
+  counts needs their convergence speeds, which this rule does not weigh.
 - A job whose last setting has no measured time starts on it as it is.
 """
 
