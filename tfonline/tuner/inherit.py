@@ -147,9 +147,10 @@ def _best_setting(repo, job_id: str, space: KnobSpace, triples: list[Triple]) ->
     if not space.contains(last):
         return None
     names = speed_names(space)
+    key = speed_key(last, names)
     times: dict[str, tuple[dict, list[float]]] = {}
     for t in triples:
-        if t.per_iteration_s is not None and speed_key(t.setting, names) == speed_key(last, names):
+        if t.per_iteration_s is not None and speed_key(t.setting, names) == key:
             times.setdefault(setting_key(t.setting), (t.setting, []))[1].append(t.per_iteration_s)
     if setting_key(last) not in times:
         return last

@@ -312,18 +312,15 @@ class TuningManager:
             return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason, slope)
         self.reference = reference
         triple = Triple(run.setting, loss_before, per_iteration_s, None, None, None, slope)
-        speed = self.speeds([triple]).at(speed_key(run.setting, self.speed_names()), loss_before).value
+        speed = self.speeds([triple]).at(speed_key(run.setting, speed_names(self.space)), loss_before).value
         return replace(triple, remaining_iterations=remaining / speed, remaining_s=remaining / speed * per_iteration_s,
                        speed=speed)
-
-    def speed_names(self) -> tuple[str, ...]:  # the knobs a setting's convergence speed depends on (speed_key)
-        return speed_names(self.space)
 
     def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
         """The settings' convergence speeds, from every segment so far, against the latest reference."""
         triples = list(self.triples) + list(extra)
         first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
-        keys = [speed_key(t.setting, self.speed_names()) for t in triples]
+        keys = [speed_key(t.setting, speed_names(self.space)) for t in triples]
         return Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
 
     @property
@@ -502,7 +499,7 @@ class TuningManager:
                             f"the job's curve has no iterations left at the loss trend {loss_now:.4g}: nothing to gain")
         hold = [name for name, off in COMPILING_KNOBS.items() if name in self.space.free and current[name] == off]
         speeds = self.speeds()
-        speed = SpeedOf(self.speed_names(), lambda key: speeds.at(key, loss_now).log)
+        speed = SpeedOf(speed_names(self.space), lambda key: speeds.at(key, loss_now).log)
         suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
                                             iterations_left=iterations_left, speed=speed,
                                             refit=self.overhead.refit_due(self.elapsed_s))
