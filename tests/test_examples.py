@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sqlite3
+import statistics
 import sys
 
 import pytest
@@ -26,11 +27,14 @@ def test_example_trains(examples, cluster, db_path, name, cls, args):
     result = job.run(db=db_path, cluster=cluster, max_steps=300, quiet=True)
     assert result.status in ("stopped", "converged") and result.iterations <= 300
     n = result.iterations
-    first, last = sqlite3.connect(db_path).execute(
-        "select avg(case when step <= 30 then loss end), avg(case when step > ? then loss end) from iterations",
-        (n - 30,),
-    ).fetchone()
-    assert last < 0.95 * first  # it learns
+    rows = sqlite3.connect(db_path).execute("select step, loss from iterations").fetchall()
+    first = [loss for step, loss in rows if step <= 30]
+    last = [loss for step, loss in rows if step > n - 30]
+    # It learns: the last 30 losses lie below the first 30 by more than their noise. A fixed ratio failed
+    # about one run in 25 on LogR, whose 30-batch mean moves by 0.007 and drops by 0.035-0.05 in 300 steps.
+    drop = statistics.mean(first) - statistics.mean(last)
+    noise = (statistics.variance(first) / len(first) + statistics.variance(last) / len(last)) ** 0.5
+    assert drop > 3 * noise, (drop, noise)
 
 
 def test_logr_parameters_are_partitioned_over_the_ps_nodes(examples, cluster, db_path):
