@@ -53,6 +53,17 @@ def test_encoding_round_trips():
     assert space.encode_value("max_folded_constant_in_bytes", 10_000) == pytest.approx(4.0)  # log10
 
 
+def test_counts_that_span_a_factor_of_8_are_encoded_in_logs():
+    large, small = KnobSpace(36, 8), KnobSpace(5, 4)
+    assert [large.encode_value(name, 16) for name in ("ps", "worker")] == [4.0, 4.0]  # 1-35: log2
+    assert large.encode_value("intra_op_parallelism_threads", 8) == 3.0  # 1-8
+    assert [small.encode_value(name, 4) for name in ("ps", "worker", "intra_op_parallelism_threads")] == [4, 4, 4]
+    rng = random.Random(3)
+    for _ in range(20):
+        s = large.sample(rng)
+        assert large.decode(large.encode(s)) == s
+
+
 def test_an_added_knob_is_tuned_and_applied():
     calls = []
     knob = Knob("rewrite_arithmetic", "nominal", "II", "session ConfigProto", choices=("DEFAULT", "ON", "OFF"),

@@ -254,7 +254,8 @@ class GPOptimizer:
         if prior is not None:  # the GP learns what the speed model misses
             y = y - prior.log_seconds([o.setting for o in observations], [o.job for o in observations])[:, None]
         domain = self._domain(observations, loss)
-        width = gpyopt.core.task.space.Design_space(domain).dimensionality - jobs  # one-hot columns included
+        # The model's columns: a nominal knob's one-hot columns each, then the loss (and the job's distance).
+        width = gpyopt.core.task.space.Design_space(domain).model_dimensionality - jobs
         gpy = gpyopt.models.gpmodel.GPy
         knobs = list(range(width - 1))
         kernel = (gpy.kern.Matern52(width - 1, active_dims=knobs, ARD=True, name="setting")
