@@ -138,12 +138,13 @@ def test_the_tuners_decisions_take_at_most_their_share_of_the_simulated_job(simu
     total = conn.execute("select sum(overhead_s) from decisions where job_id = ?", (tuned.job_id,)).fetchone()[0]
     assert total == pytest.approx(tuned.manager.overhead_s)
     assert total <= OVERHEAD_SHARE * (tuned.clock.now - tuned.started_at) + max(costs)
-    assert len(costs) >= 4 and sum(c < costs[0] / 4 for c in costs[1:]) >= 3  # the first fits; others reuse it
     # each fit is recorded (a later job of the same workload starts from the latest), at its decision's cost
     fits = conn.execute("select f.cost_s, d.overhead_s, f.hyperparameters from gp_fits f join decisions d "
                         "on d.job_id = f.job_id and d.step = f.step where f.job_id = ?", (tuned.job_id,)).fetchall()
     assert 1 <= len(fits) < len(costs) and all(cost == overhead for cost, overhead, _ in fits)
-    assert costs[0] in [cost for cost, _, _ in fits] and all(len(json.loads(h)) > 5 for _, _, h in fits)
+    assert all(len(json.loads(h)) > 5 for _, _, h in fits)
+    # most online decisions take the latest fit's hyperparameters, at a quarter of a fit's cost or less
+    assert len(costs) >= 4 and sum(c < min(cost for cost, _, _ in fits) / 4 for c in costs) >= 3
 
 
 def test_the_simulated_clock_is_the_models_time_and_fixed_runs_agree_with_the_loop(simulated_db):

@@ -312,6 +312,12 @@ class GPOptimizer:
         bo, y, refitted = self._fitted(observations, loss, prior, refit)
         return Fitted(self, bo, y, observations, loss, current, iterations_left, speed, prior, refitted)
 
+    def fit_seeded(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
+                   refit: bool = True) -> "Fitted":
+        """:meth:`fit`, seeded as :meth:`suggest` is (the same observations give the same fit)."""
+        with _contained(self.seed, len(window(observations))):
+            return self.fit(observations, loss, current, refit=refit)
+
     def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
                 hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None,
                 refit: bool = True) -> Suggestion:
@@ -484,6 +490,11 @@ class Fitted:
         speed_mean, speed_var = self._speeds(keys)
         same = np.array([[a == b for b in keys] for a in keys], dtype=float)
         return mean - speed_mean, cov, same * speed_var[:, None]
+
+    def seconds(self, settings: Sequence[dict[str, Any]]) -> np.ndarray:
+        """The GP's mean time per iteration of ``settings`` at its loss (the exp of its mean log t), for a fit
+        made without ``iterations_left`` and ``speed``."""
+        return np.exp(self.predict(settings)[0])
 
     def maximise(self, held: dict[str, float]) -> dict[str, Any]:
         """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values).

@@ -4,7 +4,7 @@ loop of :mod:`tfonline.tuner.manager`)."""
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from tfonline.reconfig.plan import switch_parts
 from tfonline.tuner._records import CostModel
@@ -13,7 +13,8 @@ from tfonline.tuner.space import KnobSpace
 
 def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
          tried: Sequence[dict[str, Any]], ahead: dict[str, Any] | None, left: float | None, segment_s: float,
-         tries: int = 64) -> tuple[dict[str, Any] | None, dict[str, str], float]:
+         tries: int = 64, waste: Callable[[list[dict[str, Any]]], Sequence[float]] | None = None,
+         ) -> tuple[dict[str, Any] | None, dict[str, str], float]:
     """A random untried setting whose switch fits the exploration budget ``left``, chosen for what it teaches
     per second it costs; returns (setting or None, its switch's parts, their estimated cost).
 
@@ -30,6 +31,13 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
     random settings, all at the starting layout); a costly one must teach
     more to be drawn. (The caller ends the random phase once the job is too
     far along: :meth:`tfonline.tuner.manager.TuningManager._draw`.)
+
+    ``waste``, when given, says what share of its segment each candidate is
+    predicted to lose against the best setting seen (:func:`segment_waste`):
+    its segment then costs that share of ``segment_s``, not all of it. At the
+    paper's scale, simulated, uniform draws ran layouts 2-10x slower than the
+    best seen for whole segments, the largest part of a tuned job's time over
+    the best fixed setting's (NOTES.md, twenty-third session).
     """
     def priced(candidate):
         parts = switch_parts(space.knobs, current, candidate)
@@ -41,16 +49,26 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
         return priced(ahead if ahead is not None else space.sample(rng, exclude=tried))
     if ahead is not None and priced(ahead)[2] <= left:
         return priced(ahead)
-    fitting = []
-    for _ in range(tries):
-        candidate, parts, cost = priced(space.sample(rng, exclude=tried))
-        if candidate not in tried and cost <= left:
-            new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
-            fitting.append((new / (cost + segment_s + 1e-3), candidate, parts, cost))
-    if not fitting:
+    drawn = [priced(space.sample(rng, exclude=tried)) for _ in range(tries)]
+    drawn = [(candidate, parts, cost) for candidate, parts, cost in drawn if candidate not in tried and cost <= left]
+    if not drawn:
         return None, {}, 0.0
+    lost = waste([candidate for candidate, _, _ in drawn]) if waste is not None else [1.0] * len(drawn)
+    fitting = []
+    for (candidate, parts, cost), share in zip(drawn, lost):
+        new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
+        fitting.append((new / (cost + share * segment_s + 1e-3), candidate, parts, cost))
     best = max(f[0] for f in fitting)
     return rng.choice([f[1:] for f in fitting if f[0] == best])
+
+
+def segment_waste(fitted, best_s: float) -> Callable[[list[dict[str, Any]]], list[float]]:
+    """The share of a segment each setting is predicted to lose against the best setting seen, which runs at
+    ``best_s`` per iteration: 1 − best_s / its time per iteration by the GP's mean (``fitted``, a
+    :class:`~tfonline.tuner._gpyopt.Fitted`), at least 0."""
+    def shares(settings: list[dict[str, Any]]) -> list[float]:
+        return [max(0.0, 1.0 - best_s / float(t)) for t in fitted.seconds(settings)]
+    return shares
 
 
 def explore_price(prediction, cost: float, current_s: float, iterations_left: float,

@@ -69,7 +69,7 @@ from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
 from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key, speed_names
 from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
-from tfonline.tuner.explore import draw, explore_price
+from tfonline.tuner.explore import draw, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
@@ -212,6 +212,7 @@ class TuningManager:
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
         self._ahead: dict[str, Any] | None = None  # the next random setting, drawn ahead (see ahead())
         self._on_random = False  # the job runs a random setting that no decision has judged since
+        self._waste = None  # the random phase's predicted share of a segment lost per setting (_segment_waste)
 
     # -- segment lengths -------------------------------------------------------
 
@@ -369,9 +370,21 @@ class TuningManager:
         ahead, self._ahead = self._ahead, None
         if left is not None and self.time_share() >= 1 - self.budget.fraction:
             return None, {}, 0.0, left, True
+        self._waste = self._segment_waste()
         candidate, parts, cost = draw(self.space, self.rng, self.costs, current, tried, ahead, left,
-                                      self.min_segment_s)
+                                      self.min_segment_s, waste=self._waste)
         return candidate, parts, cost, left, False
+
+    def _segment_waste(self):
+        """What share of its segment a setting is predicted to lose against the best seen (the GP's times,
+        :func:`~tfonline.tuner.explore.segment_waste`); None before two observations."""
+        observations, best = self.usable_observations(), self.best_per_iteration_s()
+        if self.optimizer is None or len(observations) < 2 or best is None:
+            return None
+        refit = self.overhead.refit_due(self.elapsed_s)
+        fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, self.current, refit)
+        self._refitted = self._refitted or fitted.refitted
+        return segment_waste(fitted, best)
 
     def ahead(self) -> tuple[dict[str, Any], Plan] | None:
         """The random setting the next random segment will likely run, and its plan, for the driver to prepare
@@ -380,7 +393,10 @@ class TuningManager:
             return None
         if self._ahead is None or not self.space.fits(self._ahead):  # none yet, or drawn before a node was lost
             tried = [t.setting for t in self.triples] + [self.current]
-            self._ahead = self.space.sample(self.rng, exclude=tried)
+            left = self.exploration_left()
+            self._ahead = (draw(self.space, self.rng, self.costs, self.current, tried, None, left, self.min_segment_s,
+                                waste=self._waste)[0] if left is not None else None) or self.space.sample(
+                self.rng, exclude=tried)
         return dict(self._ahead), plan(self.space.knobs, self.current, self._ahead, self.technique)
 
     def time_share(self) -> float:
