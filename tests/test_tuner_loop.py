@@ -20,6 +20,7 @@ from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds, slope_columns
+from tfonline.tuner.budget import FIRST_FIT_S
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
 from tfonline.setting import Knob
 from tfonline.reconfig import switch_parts
@@ -434,33 +435,48 @@ def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_sha
 
 
 def test_decisions_refit_the_gp_as_often_as_the_overhead_share_pays_for():
-    """The first decision that asks the GP fits its hyperparameters; a later one refits only when the tuner's
-    time so far and one more fit (at the latest fit's cost) stay within the share of the job's elapsed time;
-    the others reuse the latest fit."""
+    """The first online decision that asks the GP fits its hyperparameters unless a random one did; a later one
+    refits only when the tuner's time so far and one more fit (at the latest fit's cost) stay within the share
+    of the job's elapsed time; the others reuse the latest fit. A random decision asks the GP (to price its
+    draw) only when the share pays for a fit (before any, at FIRST_FIT_S), and no decision fits twice."""
     space = sim.space()
     manager = sim.make_manager(space, 0, 0.305, overhead_share=0.05, segment_iterations=150)  # the job lasts
-    suggest, asked = manager.optimizer.suggest, []
+    suggest, fit, asked, fitted = manager.optimizer.suggest, manager.optimizer.fit, [], []
 
     def spy(*args, refit=True, **kwargs):
         suggestion = suggest(*args, refit=refit, **kwargs)
         asked.append((refit, suggestion.refitted))
         return suggestion
 
-    manager.optimizer.suggest = spy
-    job, fit_cost, refits = sim.SimulatedJob(0, 0.305), None, []
+    def fit_spy(*args, **kwargs):
+        model = fit(*args, **kwargs)
+        fitted.append(model.refitted)
+        return model
+
+    manager.optimizer.suggest, manager.optimizer.fit = spy, fit_spy
+    job, fit_cost, refits, priced, held = sim.SimulatedJob(0, 0.305), None, [], 0, 0
     for _ in range(30):
-        spent, before = manager.overhead_s, len(asked)
+        spent, before, fits_before = manager.overhead_s, len(asked), len(fitted)
         (decision,) = job.drive(manager, 1)
         elapsed = manager.elapsed_s  # the decision was taken after the segment, as now
-        if len(asked) == before:
-            continue  # a random setting: no GP
-        refit, refitted = asked[-1]
-        assert refitted == refit  # the kernel keeps its form on one job
-        assert refit == (fit_cost is None or spent + fit_cost <= 0.05 * elapsed)
-        if refit:
+        assert sum(fitted[fits_before:]) <= 1
+        if len(asked) == before:  # a random setting: the GP only prices its draw, when the share pays for a fit
+            affordable = spent + (FIRST_FIT_S if fit_cost is None else fit_cost) <= 0.05 * elapsed
+            if len(fitted) > fits_before:
+                priced += 1
+                assert affordable
+            elif manager.decisions > 2:  # two observations or more: held back by the share alone
+                held += 1
+                assert not affordable
+        else:
+            refit, refitted = asked[-1]
+            assert refitted == refit  # the kernel keeps its form on one job
+            assert refit == (len(fitted) == fits_before + 1 and (
+                fit_cost is None or spent + fit_cost <= 0.05 * elapsed))
+            refits.append(refit)
+        if any(fitted[fits_before:]):
             fit_cost = decision.overhead_s
-        refits.append(refit)
-    assert refits[0] and refits.count(True) >= 2 and refits.count(False) >= 2, refits
+    assert priced >= 1 and held >= 1 and refits.count(True) >= 2 and refits.count(False) >= 2, (priced, held, refits)
 
 
 @pytest.mark.parametrize("kwargs, message", [

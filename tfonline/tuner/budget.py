@@ -67,6 +67,11 @@ class ExplorationBudget:
         self._charge_switch = False
 
 
+# What a decision that fits the GP is taken to cost before one has: about what the first fits cost on the
+# benchmark's LogR jobs and at the paper's scale, simulated (0.5-1 s of CPU).
+FIRST_FIT_S = 0.5
+
+
 class OverheadBudget:
     """The tuner's decisions may take ``share`` of the job: its thread's CPU time so far, against the job's
     elapsed time; None: no limit.
@@ -94,6 +99,16 @@ class OverheadBudget:
         """How long the segment that begins after a decision at ``elapsed_s`` lasts at least: ``least_s``, and
         until the tuner's time so far is within the share of the job's."""
         return least_s if self.share is None else max(least_s, self.spent_s / self.share - elapsed_s)
+
+    def affords_fit(self, elapsed_s: float) -> bool:
+        """Whether the share of the job so far pays for the tuner's time so far and one more decision that fits
+        the GP, at the latest fit's cost (:data:`FIRST_FIT_S` before any): for what the tuner may leave
+        undone, such as pricing a random draw by the GP. Unlike :meth:`refit_due` it holds back the first
+        fit, which on a job of seconds would stretch the next segment to tens of seconds."""
+        if self.share is None:
+            return True
+        cost = FIRST_FIT_S if self.fit_cost_s is None else self.fit_cost_s
+        return self.spent_s + cost <= self.share * elapsed_s
 
     def refit_due(self, elapsed_s: float) -> bool:
         """Whether a decision at ``elapsed_s`` fits the GP's hyperparameters (else it takes the latest fit's):

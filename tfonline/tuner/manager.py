@@ -377,9 +377,11 @@ class TuningManager:
 
     def _segment_waste(self):
         """What share of its segment a setting is predicted to lose against the best seen (the GP's times,
-        :func:`~tfonline.tuner.explore.segment_waste`); None before two observations."""
+        :func:`~tfonline.tuner.explore.segment_waste`); None before two observations, or while the overhead
+        share does not pay for a fit (a job of seconds then draws as before)."""
         observations, best = self.usable_observations(), self.best_per_iteration_s()
-        if self.optimizer is None or len(observations) < 2 or best is None:
+        if self.optimizer is None or len(observations) < 2 or best is None or not self.overhead.affords_fit(
+                self.elapsed_s):
             return None
         refit = self.overhead.refit_due(self.elapsed_s)
         fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, self.current, refit)
@@ -518,8 +520,8 @@ class TuningManager:
         speed = SpeedOf(speed_names(self.space), lambda key: speeds.at(key, loss_now).log)
         suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
                                             iterations_left=iterations_left, speed=speed,
-                                            refit=self.overhead.refit_due(self.elapsed_s))
-        self._refitted = suggestion.refitted
+                                            refit=self.overhead.refit_due(self.elapsed_s) and not self._refitted)
+        self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
         return suggestion, iterations_left
 
     def left_recently(self, setting: dict[str, Any]) -> bool:
