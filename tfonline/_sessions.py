@@ -76,10 +76,15 @@ class Engine:
                    ) -> list[_graph.WorkerGraph]:
         """The worker graphs of ``setting``'s layout with ``placement``: built once per job (about 0.2 s each).
 
-        With ``lazy_moves``, the transition graphs that create those moved variables at their first use.
+        With ``lazy_moves``, the transition graphs that create those moved variables at their first use. Those
+        are cached by the whole moves, sources included: two switches to one layout and placement move the
+        same variables from other places when they come from other cuts (ps 3 -> 2, later ps 1 -> 2), and a
+        graph cached by the moves' names pulled the second switch's values from the first one's sources,
+        released by then (a tuned CNN job failed on it; had they still existed, it would have trained on
+        stale values).
         """
         layout = self.layout_of(setting)
-        key = (layout, tuple(placement), tuple(m.name for m in lazy_moves or ()))
+        key = (layout, tuple(placement), tuple(lazy_moves or ()))
         if key not in self._graphs_by_layout:
             rule, partitions = self._cut(setting["ps"])
             self._graphs_by_layout[key] = [
