@@ -62,6 +62,38 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
     return rng.choice([f[1:] for f in fitting if f[0] == best])
 
 
+class Draws:
+    """The random phase's draws (:func:`draw`): the next random setting, and the one drawn ahead for the driver
+    to prepare; ``waste`` (:func:`segment_waste`, or None) prices them by the GP's times."""
+
+    def __init__(self, space: KnobSpace, rng: random.Random, costs: CostModel, segment_s: float):
+        self.space, self.rng, self.costs, self.segment_s = space, rng, costs, segment_s
+        self.ahead: dict[str, Any] | None = None
+        self.waste: Callable[[list[dict[str, Any]]], Sequence[float]] | None = None
+        self.fitted_at = 0  # the observations when pricing a draw last fitted the GP's hyperparameters
+
+    def refit(self, observations: int, due: bool) -> bool:
+        """Whether pricing this draw fits the GP's hyperparameters (else it takes the latest fit's): when the
+        overhead share has it ``due`` and the observations have doubled since the last draw that did (2, 4, 8:
+        three fits in a random phase of 10, rather than nine)."""
+        refit = due and observations >= 2 * self.fitted_at
+        self.fitted_at = observations if refit else self.fitted_at
+        return refit
+
+    def next(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None):
+        """The next random setting (the one drawn ahead when it fits): (setting or None, parts, cost)."""
+        ahead, self.ahead = self.ahead, None
+        return draw(self.space, self.rng, self.costs, current, tried, ahead, left, self.segment_s, waste=self.waste)
+
+    def prepared(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None) -> dict[str, Any]:
+        """The setting drawn ahead, drawn now if there is none yet or it no longer fits the nodes alive."""
+        if self.ahead is None or not self.space.fits(self.ahead):
+            drawn = draw(self.space, self.rng, self.costs, current, tried, None, left, self.segment_s,
+                         waste=self.waste)[0] if left is not None else None
+            self.ahead = drawn or self.space.sample(self.rng, exclude=tried)
+        return dict(self.ahead)
+
+
 def segment_waste(fitted, best_s: float) -> Callable[[list[dict[str, Any]]], list[float]]:
     """The share of a segment each setting is predicted to lose against the best setting seen, which runs at
     ``best_s`` per iteration: 1 − best_s / its time per iteration by the GP's mean (``fitted``, a

@@ -69,7 +69,7 @@ from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
 from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key, speed_names
 from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
-from tfonline.tuner.explore import draw, explore_price, segment_waste
+from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.space import KnobSpace
@@ -190,12 +190,12 @@ class TuningManager:
         self._walls: list[float] = []  # the first and the latest wall time seen
         self._first_loss: float | None = None  # the loss before this run's first segment
         self.stretch = 1
-        self.rng = random.Random(seed)
+        self.draws = Draws(space, random.Random(seed), cost_model or CostModel(), self.min_segment_s)
         self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
         if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
             self.optimizer.adopt(gp_fit.form, gp_fit.values)
             self.overhead.fit_cost_s = gp_fit.cost_s
-        self.costs = cost_model or CostModel()
+        self.costs = self.draws.costs
         self.triples: list[Triple] = list(history)
         self.random_done = 0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
@@ -210,9 +210,7 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
-        self._ahead: dict[str, Any] | None = None  # the next random setting, drawn ahead (see ahead())
         self._on_random = False  # the job runs a random setting that no decision has judged since
-        self._waste = None  # the random phase's predicted share of a segment lost per setting (_segment_waste)
 
     # -- segment lengths -------------------------------------------------------
 
@@ -266,7 +264,7 @@ class TuningManager:
     def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
         """The job runs ``setting`` now, not by the tuner's decision (a node was lost); with ``back_to``, it
         went back to that step: the loss history after it is forgotten (the triples stay)."""
-        self.current, self._ahead = dict(setting), None
+        self.current, self.draws.ahead = dict(setting), None
         kept = len(self.job_steps) if back_to is None else bisect.bisect_right(self.job_steps, back_to)
         del self.job_steps[kept:], self.job_losses[kept:]
 
@@ -363,43 +361,30 @@ class TuningManager:
         return decision
 
     def _draw(self, current: dict[str, Any]):
-        """The next random setting (see :func:`~tfonline.tuner.explore.draw`): (setting or None, its switch's parts, their estimated cost,
-        the budget left or None when unlimited, whether the job is too far along for any draw)."""
-        tried = [t.setting for t in self.triples] + [current]
+        """The next random setting (:class:`~tfonline.tuner.explore.Draws`): (setting or None, its switch's parts,
+        their estimated cost, the budget left or None, whether the job is too far along for any draw). From two
+        observations on, and while the overhead share pays for a fit, priced by the GP's times
+        (:func:`~tfonline.tuner.explore.segment_waste`; a job of seconds draws without)."""
         left = self.exploration_left()
-        ahead, self._ahead = self._ahead, None
         if left is not None and self.time_share() >= 1 - self.budget.fraction:
+            self.draws.ahead = None
             return None, {}, 0.0, left, True
-        self._waste = self._segment_waste()
-        candidate, parts, cost = draw(self.space, self.rng, self.costs, current, tried, ahead, left,
-                                      self.min_segment_s, waste=self._waste)
-        return candidate, parts, cost, left, False
-
-    def _segment_waste(self):
-        """What share of its segment a setting is predicted to lose against the best seen (the GP's times,
-        :func:`~tfonline.tuner.explore.segment_waste`); None before two observations, or while the overhead
-        share does not pay for a fit (a job of seconds then draws as before)."""
         observations, best = self.usable_observations(), self.best_per_iteration_s()
-        if self.optimizer is None or len(observations) < 2 or best is None or not self.overhead.affords_fit(
-                self.elapsed_s):
-            return None
-        refit = self.overhead.refit_due(self.elapsed_s)
-        fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, self.current, refit)
-        self._refitted = self._refitted or fitted.refitted
-        return segment_waste(fitted, best)
+        self.draws.waste = None
+        if self.optimizer and len(observations) > 1 and best and self.overhead.affords_fit(self.elapsed_s):
+            fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, current, self.draws.refit(
+                len(observations), self.overhead.refit_due(self.elapsed_s)))
+            self._refitted, self.draws.waste = fitted.refitted, segment_waste(fitted, best)
+        return *self.draws.next(current, [t.setting for t in self.triples] + [current], left), left, False
 
     def ahead(self) -> tuple[dict[str, Any], Plan] | None:
         """The random setting the next random segment will likely run, and its plan, for the driver to prepare
         while the current segment runs (None outside the random phase)."""
         if self.phase != "random" or self.random_done >= self.random_settings:
             return None
-        if self._ahead is None or not self.space.fits(self._ahead):  # none yet, or drawn before a node was lost
-            tried = [t.setting for t in self.triples] + [self.current]
-            left = self.exploration_left()
-            self._ahead = (draw(self.space, self.rng, self.costs, self.current, tried, None, left, self.min_segment_s,
-                                waste=self._waste)[0] if left is not None else None) or self.space.sample(
-                self.rng, exclude=tried)
-        return dict(self._ahead), plan(self.space.knobs, self.current, self._ahead, self.technique)
+        ahead = self.draws.prepared(self.current, [t.setting for t in self.triples] + [self.current],
+                                    self.exploration_left())
+        return ahead, plan(self.space.knobs, self.current, ahead, self.technique)
 
     def time_share(self) -> float:
         """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""
