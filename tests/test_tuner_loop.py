@@ -172,8 +172,8 @@ def test_ei_is_maximised_over_every_setting_of_a_small_space():
 
 def test_a_random_draw_prefers_settings_predicted_to_lose_less_of_their_segment():
     """With the GP's predicted waste (the share of its segment a setting loses against the best seen), the
-    random phase draws settings predicted fast far more often than it would without (here one intra-op pool
-    of 4: about 1 draw in 4)."""
+    random phase draws settings predicted fast (here one intra-op pool of 4) far more often than without (13 of
+    30 draws: the pools new to the tried setting are 1, 2 and 3)."""
     from tfonline.tuner.explore import draw
 
     space = sim.space()
