@@ -492,9 +492,9 @@ class Fitted:
         return mean - speed_mean, cov, same * speed_var[:, None]
 
     def seconds(self, settings: Sequence[dict[str, Any]]) -> np.ndarray:
-        """The GP's mean time per iteration of ``settings`` at its loss (the exp of its mean log t), for a fit
-        made without ``iterations_left`` and ``speed``."""
-        return np.exp(self.predict(settings)[0])
+        """The GP's mean time per iteration of ``settings`` at its loss (the exp of its mean log t; the mean
+        alone, as :meth:`scores` reads it), for a fit made without ``iterations_left``."""
+        return np.exp(self._latent(np.array([self.space.encode(s) for s in settings], dtype=float))[0])
 
     def maximise(self, held: dict[str, float]) -> dict[str, Any]:
         """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values).

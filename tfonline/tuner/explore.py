@@ -87,9 +87,9 @@ class Draws:
 
     def prepared(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None) -> dict[str, Any]:
         """The setting drawn ahead, drawn now if there is none yet or it no longer fits the nodes alive."""
-        if self.ahead is None or not self.space.fits(self.ahead):
+        if self.ahead is None or not self.space.fits(self.ahead):  # without a budget, draw() samples uniformly
             drawn = draw(self.space, self.rng, self.costs, current, tried, None, left, self.segment_s,
-                         waste=self.waste)[0] if left is not None else None
+                         waste=self.waste)[0]
             self.ahead = drawn or self.space.sample(self.rng, exclude=tried)
         return dict(self.ahead)
 
