@@ -335,7 +335,11 @@ def build_worker_graph(
                 train_op, apply_op = _sync_ops(optimizer, grads_and_vars, worker_rank, len(layout.worker_nodes),
                                                global_step, container)
             else:
-                train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
+                # The loss recorded at a step is read before the step's own update. A gradient that needs the
+                # forward pass orders the two anyway; one that does not (a loss linear in its parameters)
+                # let the update land first now and then, and the loss read one push ahead.
+                with tf.control_dependencies([loss]):
+                    train_op = optimizer.apply_gradients(grads_and_vars, global_step=global_step)
         init_op = tf.compat.v1.global_variables_initializer()
         local_init_op = iterator.initializer
         variables = {v.op.name: v for v in tf.compat.v1.global_variables()}
