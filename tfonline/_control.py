@@ -303,12 +303,13 @@ def await_threads(address: str, index: int, intra: int, inter: int, timeout_s: f
 def restart_all(nodes: dict[int, tuple[str, int, int]], timeout_s: float) -> dict[int, str | None]:
     """Asks each node (index: address, intra, inter) for its pools, and waits for all side by side.
 
-    Returns, per node, None once it serves them, else what went wrong.
+    Returns, per node, None once it serves them, else what went wrong. A request not answered within
+    ``timeout_s`` (or 5 s) is not answered.
     """
     problems: dict[int, str | None] = {index: "did not answer in time" for index in nodes}
 
     def restart(index: int, address: str, intra: int, inter: int) -> None:
-        if not request_threads(address, index, intra, inter):
+        if not request_threads(address, index, intra, inter, timeout_s=min(5.0, timeout_s)):
             problems[index] = "does not answer a request for new thread pools"
         elif await_threads(address, index, intra, inter, timeout_s):
             problems[index] = None
