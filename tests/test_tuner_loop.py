@@ -697,3 +697,32 @@ def test_a_setting_a_lost_node_imposed_is_the_one_the_next_decision_leaves_from(
     assert manager.current == dict(imposed, worker=2) and manager.job_steps == steps[:50]
     decision, = job.drive(manager, 1)
     assert decision.current == dict(imposed, worker=2)
+
+
+def test_a_random_draw_priced_by_a_gp_that_predicts_no_time_is_priced_at_its_whole_segment():
+    """A case recorded at the paper's scale, simulated (tests/gp_reused_fit_case.json): a fit of 4
+    observations reused on 6 predicted a setting none of them had at exp(-1734) s per iteration, 0 in floats.
+    Pricing the random draw divided by it, and the job's tuner failed (ZeroDivisionError). That setting is
+    priced as without the GP, at its whole segment; the others as before."""
+    import json
+    import os
+
+    from tfonline.simulator.run import paper_scale
+    from tfonline.tuner.explore import segment_waste
+
+    with open(os.path.join(os.path.dirname(__file__), "gp_reused_fit_case.json")) as f:
+        case = json.load(f)
+    space = paper_scale("async").space()
+    observations = [Observation(**o) for o in case["observations"]]
+    settings = case["bad"] + [space.sample(random.Random(i)) for i in range(50)]
+    optimizer = GPOptimizer(space, seed=case["seed"])
+    optimizer.adopt(case["form"], case["values"])
+    fitted = optimizer.fit_seeded(observations, case["loss"], case["current"], refit=False)
+    assert not fitted.refitted
+    seconds = fitted.seconds(settings)
+    assert seconds[0] == 0.0  # the case as it was recorded
+    best = min(o.per_iteration_s for o in observations)
+    shares = segment_waste(fitted, best)(settings)
+    assert shares[0] == 1.0
+    assert shares[1:] == [max(0.0, 1.0 - best / t) if t > 0 else 1.0 for t in seconds[1:]]
+    assert all(0.0 <= share <= 1.0 for share in shares)

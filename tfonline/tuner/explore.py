@@ -3,6 +3,7 @@ loop of :mod:`tfonline.tuner.manager`)."""
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Callable, Sequence
 
@@ -97,9 +98,14 @@ class Draws:
 def segment_waste(fitted, best_s: float) -> Callable[[list[dict[str, Any]]], list[float]]:
     """The share of a segment each setting is predicted to lose against the best setting seen, which runs at
     ``best_s`` per iteration: 1 − best_s / its time per iteration by the GP's mean (``fitted``, a
-    :class:`~tfonline.tuner._gpyopt.Fitted`), at least 0."""
+    :class:`~tfonline.tuner._gpyopt.Fitted`), at least 0.
+
+    A time that is not a positive number is no prediction: the setting is priced as a draw without the GP
+    prices it, at its whole segment. (At the paper's scale, simulated, a fit reused on new observations
+    predicted a setting at exp(-1734) s per iteration, 0 in floats, and the division failed the job's tuner:
+    tests/gp_reused_fit_case.json.)"""
     def shares(settings: list[dict[str, Any]]) -> list[float]:
-        return [max(0.0, 1.0 - best_s / float(t)) for t in fitted.seconds(settings)]
+        return [max(0.0, 1.0 - best_s / float(t)) if 0.0 < t < math.inf else 1.0 for t in fitted.seconds(settings)]
     return shares
 
 
