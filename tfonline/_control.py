@@ -303,8 +303,8 @@ def await_threads(address: str, index: int, intra: int, inter: int, timeout_s: f
 def restart_all(nodes: dict[int, tuple[str, int, int]], timeout_s: float) -> dict[int, str | None]:
     """Asks each node (index: address, intra, inter) for its pools, and waits for all side by side.
 
-    Returns, per node, None once it serves them, else what went wrong. A request not answered within
-    ``timeout_s`` (or 5 s) is not answered.
+    Returns, per node, None once it serves them, else what went wrong. A request waits for its node's answer
+    no longer than ``timeout_s`` (and 5 s).
     """
     problems: dict[int, str | None] = {index: "did not answer in time" for index in nodes}
 

@@ -16,8 +16,12 @@ from tfonline.exceptions import essence
 
 logger = logging.getLogger("tfonline")
 
-# A synchronous job's checkpoint waits this long for the step under way to end (else it is tried a period later).
+# A synchronous job's checkpoint waits this long for the step under way to end (else it is tried a period later),
+# looking every GATE_LOOK_S for a dead node. A step on a node that died may not end for seconds (its surviving
+# workers' steps are waited for), and the job's loop, which the checkpoint holds up, is what sees to the lost
+# node: a worker killed while a checkpoint waited was taken out of the job 10 s late.
 GATE_WAIT_S = 10.0
+GATE_LOOK_S = 0.2
 
 
 class Keeper:
@@ -53,8 +57,8 @@ class Keeper:
         job's is read between two of its steps: exactly the parameters of the step it records."""
         started = time.monotonic()
         gate = self.state.step_gate if self.state.sync else None
-        if gate is not None and not gate.acquire(timeout=GATE_WAIT_S):
-            raise TimeoutError(f"the synchronous step under way did not end within {GATE_WAIT_S:g} s")
+        if gate is not None:
+            self._between_steps(gate)
         try:  # a synchronous job's between two steps: its parameters are exactly those of the step it records
             saved = self.state.saved()
             saved["input_position"] = self.engine.input_position + saved.pop("read")
@@ -76,6 +80,16 @@ class Keeper:
         if self.every_s is not None:
             self._next = time.monotonic() + self.every_s
         return path
+
+    def _between_steps(self, gate) -> None:
+        """Takes the synchronous step gate, once the step under way has ended; raises TimeoutError when it does
+        not within :data:`GATE_WAIT_S`, and NodeFailedError for a node that died meanwhile (the job's loop sees
+        to it once the checkpoint has given up)."""
+        deadline = time.monotonic() + GATE_WAIT_S
+        while not gate.acquire(timeout=GATE_LOOK_S):
+            self.engine.cluster.check_alive()
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the synchronous step under way did not end within {GATE_WAIT_S:g} s")
 
     def periodic(self) -> None:
         """A periodic checkpoint, and the metrics at it; one that fails is logged and tried again a period

@@ -100,8 +100,8 @@ def segment_waste(fitted, best_s: float) -> Callable[[list[dict[str, Any]]], lis
     ``best_s`` per iteration: 1 − best_s / its time per iteration by the GP's mean (``fitted``, a
     :class:`~tfonline.tuner._gpyopt.Fitted`), at least 0.
 
-    A time that is not a positive number is no prediction: the setting is priced as a draw without the GP
-    prices it, at its whole segment. (At the paper's scale, simulated, a fit reused on new observations
+    A time that is not a positive number is no prediction: that setting is priced as draws are without the
+    GP, at its whole segment. (At the paper's scale, simulated, a fit reused on new observations
     predicted a setting at exp(-1734) s per iteration, 0 in floats, and the division failed the job's tuner:
     tests/gp_reused_fit_case.json.)"""
     def shares(settings: list[dict[str, Any]]) -> list[float]:
