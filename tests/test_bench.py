@@ -89,28 +89,6 @@ def test_stability_is_the_tuned_runs_spread_and_the_slowest_over_the_start(paper
     assert paper._stability(tuned, _row("stopped", 300.0))["slowest_tuned_over_start"] is None
 
 
-def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch):
-    """The simulated section runs the real tuner on a modelled cluster (here a small one, for speed) and
-    reports it in the real workloads' form, tuned rows read back from its repository."""
-    import simulated as sim
-
-    monkeypatch.setattr(paper, "SIMULATED", {"paper-sim": lambda: sim.stale_job(0).workload})
-    monkeypatch.setattr(paper, "SIMULATED_FIXED", 6)
-    w = paper._simulated("paper-sim", 2, str(tmp_path / "bench"), log=lambda message: None)
-    assert w["simulated"] and len(w["fixed"]) == 6 and len(w["tuned"]) == 2
-    assert all(t["status"] == "converged" and t["iterations"] > 0 for t in w["tuned"])
-    c = w["summary"]["completion_time_s"]
-    assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] > 0
-    assert [label for label, *_ in paper._targets(w)] == [
-        "share of the Average -> Best gain captured", "tfonline / Best", "Average / tfonline"]
-    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 2, "wall_s": 60.0, "cap_factor": 10,
-              "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
-                          "nodes": 4}, "workloads": {"paper-sim": w}}
-    text = paper.markdown(result)
-    assert "| paper-sim | 0 runs, segments of - it | simulated fixed runs keep no iterations |" in text
-    assert " of 6 | -; " in text  # R is the simulation's own; simulated runs have no start-up of their own
-
-
 def test_an_unknown_workload_is_refused_in_one_line(paper, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", [BENCH])  # as `python benchmarks/paper.py` names itself
     with pytest.raises(SystemExit) as exited:

@@ -1,4 +1,5 @@
-"""The paper-evaluation benchmark end to end: ``benchmarks/paper.py`` on real clusters, at its smallest."""
+"""The paper-evaluation benchmark end to end: ``benchmarks/paper.py`` on real clusters, at its smallest, and its
+simulated section on a small modelled cluster (no TensorFlow cluster, but seconds of GP fits: not in ``-m fast``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from test_bench import BENCH
+from test_bench import BENCH, paper  # noqa: F401 (paper: the fixture)
 
 
 def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
@@ -46,3 +47,25 @@ def test_the_checkpoint_cost_benchmark_measures_both_ways_side_by_side(capsys):
     assert logr["slowdown"] == logr["per_iteration_with_s"] / logr["per_iteration_without_s"] - 1
     assert logr["checkpoint_s"] > 0 and logr["evaluation_s"] == 0.0  # the LogR has no held-out data
     assert "< 2% of the job's time" in capsys.readouterr().out
+
+
+def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch):
+    """The simulated section runs the real tuner on a modelled cluster (here a small one, for speed) and
+    reports it in the real workloads' form, tuned rows read back from its repository."""
+    import simulated as sim
+
+    monkeypatch.setattr(paper, "SIMULATED", {"paper-sim": lambda: sim.stale_job(0).workload})
+    monkeypatch.setattr(paper, "SIMULATED_FIXED", 6)
+    w = paper._simulated("paper-sim", 2, str(tmp_path / "bench"), log=lambda message: None)
+    assert w["simulated"] and len(w["fixed"]) == 6 and len(w["tuned"]) == 2
+    assert all(t["status"] == "converged" and t["iterations"] > 0 for t in w["tuned"])
+    c = w["summary"]["completion_time_s"]
+    assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] > 0
+    assert [label for label, *_ in paper._targets(w)] == [
+        "share of the Average -> Best gain captured", "tfonline / Best", "Average / tfonline"]
+    result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 2, "wall_s": 60.0, "cap_factor": 10,
+              "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
+                          "nodes": 4}, "workloads": {"paper-sim": w}}
+    text = paper.markdown(result)
+    assert "| paper-sim | 0 runs, segments of - it | simulated fixed runs keep no iterations |" in text
+    assert " of 6 | -; " in text  # R is the simulation's own; simulated runs have no start-up of their own

@@ -22,8 +22,14 @@ def _sig(job, mode="async"):
     return signature(job, DEFAULT_PARTITION_MIN_BYTES, mode)
 
 
-def test_the_cnns_signature_counts_its_variables_and_the_work_of_its_forward_pass():
-    sig = _sig(CNN())
+@pytest.fixture(scope="module")
+def cnn_signature():
+    """The CNN example's signature, read once (4 s: its digits and its graph)."""
+    return _sig(CNN())
+
+
+def test_the_cnns_signature_counts_its_variables_and_the_work_of_its_forward_pass(cnn_signature):
+    sig = cnn_signature
     assert (sig.variables, sig.optimizer, sig.mode, sig.sparse_reads) == (8, "MomentumOptimizer", "async", False)
     weights = 5 * 5 * 32 + 32 + 5 * 5 * 32 * 64 + 64 + 3136 * 256 + 256 + 256 * 10 + 10
     assert sig.parameter_bytes == 4 * weights and sig.largest_bytes == 4 * 3136 * 256 and sig.partitioned
@@ -35,14 +41,13 @@ def test_the_cnns_signature_counts_its_variables_and_the_work_of_its_forward_pas
                                   "multiply-adds per example")
 
 
-def test_a_sweeps_jobs_are_alike_and_another_model_is_not():
+def test_a_sweeps_jobs_are_alike_and_another_model_is_not(cnn_signature):
     base = _sig(TinyLogR())
     assert _sig(TinyLogR(lr=0.05)) == base and distance(_sig(TinyLogR(lr=0.05)), base) == 0.0
     big = _sig(TinyLogR(hash_bits=17))  # 32 times the weights, large enough to be cut
     assert big.sparse_reads and big.partitioned and not base.partitioned
     assert big.parameter_bytes == 32 * base.parameter_bytes - 31 * 4  # w grows, its bias does not
-    cnn = _sig(CNN())
-    assert 0 < distance(base, big) < distance(base, cnn)
+    assert 0 < distance(base, big) < distance(base, cnn_signature)
     assert distance(base, _sig(TinyLogR(), mode="sync")) == 1.0  # another mode, all else alike
 
 
