@@ -71,7 +71,8 @@ def main(argv=None) -> dict:
                         one_run(name, os.path.join(folder, f"{name}.db"), args.seconds, every))
             without = statistics.mean(r["per_iteration_s"] for r in runs["without"])
             with_ = statistics.mean(r["per_iteration_s"] for r in runs["with"])
-            each = statistics.mean(r["checkpoint_s"] for r in runs["with"] if r["checkpoint_s"] is not None)
+            saved = [r["checkpoint_s"] for r in runs["with"] if r["checkpoint_s"] is not None]
+            each = statistics.mean(saved) if saved else None  # none when --seconds left no time past start-up
             evals = [r["evaluation_s"] for r in runs["with"] if r["evaluation_s"] is not None]
             each_eval = statistics.mean(evals) if evals else 0.0
             results[name] = {"per_iteration_without_s": without, "per_iteration_with_s": with_,
@@ -84,8 +85,9 @@ def main(argv=None) -> dict:
     print(f"{'workload':9}{'ms/it without':>14}{'ms/it with':>11}{'slowdown':>10}{'per ckpt s':>11}{'eval s':>8}"
           f"{'at 300 s':>10}   target")
     for name, r in results.items():
+        each = "-" if r["checkpoint_s"] is None else f"{r['checkpoint_s']:.3f}"
         print(f"{name:9}{1000 * r['per_iteration_without_s']:14.2f}{1000 * r['per_iteration_with_s']:11.2f}"
-              f"{100 * r['slowdown']:9.1f}%{r['checkpoint_s']:11.3f}{r['evaluation_s']:8.3f}"
+              f"{100 * r['slowdown']:9.1f}%{each:>11}{r['evaluation_s']:8.3f}"
               f"{100 * r['share_at_default']:9.2f}%   < {100 * TARGET_SHARE:g}% of the job's time")
     return results
 
