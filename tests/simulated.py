@@ -106,8 +106,8 @@ def make_manager(sp: KnobSpace, seed: int, target_loss: float = 0.33, **options)
     # Segments.drive runs segment_length() iterations and lets no time pass for the tuner's decisions, so an
     # overhead share means nothing to it: every decision fits the GP, as it would with all the time it needs.
     options.setdefault("overhead_share", None)
-    return TuningManager(sp, start, target_loss, lambda: get_estimator("hogwild"), min_segment_s=0, seed=seed,
-                         **options)
+    options.setdefault("min_segment_s", 0)
+    return TuningManager(sp, start, target_loss, lambda: get_estimator("hogwild"), seed=seed, **options)
 
 
 # A surface where time per iteration and iterations needed pull apart: async staleness 0.5 per extra worker.

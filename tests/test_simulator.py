@@ -285,3 +285,33 @@ def test_a_synchronous_job_records_one_iteration_per_step_of_all_workers(tmp_pat
     assert conn.execute("select mode from jobs").fetchall() == [("sync",), ("sync",)]
     # A step of 3 workers trains a batch 3 times as large: fewer iterations to the target than 1 worker.
     assert runs[0].state.step < 0.6 * runs[1].state.step
+
+
+def _window_spread(db: str, seconds: float) -> tuple[float, float]:
+    """A fixed job's time per iteration over windows of ``seconds``: the windows' relative spread, and what their
+    own iterations' noise explains of it (the median of gap deviation / mean / sqrt(n))."""
+    walls = np.array([w for (w,) in sqlite3.connect(db).execute("select wall_time from iterations order by step")])
+    means, own = [], []
+    for start in np.arange(walls[0], walls[-1] - seconds, seconds):
+        gaps = np.diff(walls[(walls >= start) & (walls < start + seconds)])
+        means.append(gaps.mean())
+        own.append(gaps.std() / gaps.mean() / np.sqrt(gaps.size))
+    return float(np.std(means, ddof=1) / np.mean(means)), float(np.median(own))
+
+
+def test_a_machine_that_drifts_makes_one_settings_stretches_differ_beyond_their_own_noise(tmp_path):
+    """Workload.drift: a slowdown of mean 1, redrawn every drift_period_s; none by default."""
+    spreads = {}
+    for drift in (0.0, 0.1):
+        db = str(tmp_path / f"drift-{drift}.db")
+        repo = Repository(db)
+        workload = small_workload(drift=drift, drift_period_s=2.0, target_loss=0.2)  # under the floor: 60 s
+        Simulation(workload, repo, workload.default_setting(), tuning=None, seed=3, max_seconds=60).run()
+        repo.close()
+        spreads[drift] = _window_spread(db, 4.0)
+    (steady, own), (drifting, _) = spreads[0.0], spreads[0.1]
+    assert steady < 2 * own  # the iterations' own noise alone
+    assert drifting > 10 * own  # two draws of 10% a window: about 0.07 (0.054 here)
+    with pytest.raises(ConfigurationError, match=r"^a workload's drift must be >= 0 and its drift_period_s > 0, "
+                                                 r"got drift=-0\.1, drift_period_s=2\.0$"):
+        small_workload(drift=-0.1, drift_period_s=2.0)

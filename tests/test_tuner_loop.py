@@ -18,7 +18,7 @@ from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
-from tfonline.timing import per_iteration_time
+from tfonline.timing import TIMING_PRECISION, gap_spread, iterations_to_time, per_iteration_time
 from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds, slope_columns
 from tfonline.tuner.budget import FIRST_FIT_S
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
@@ -301,6 +301,46 @@ def test_per_iteration_time_drops_warmup_and_stalls():
     walls[20:] += 2.0  # one stall of the machine
     assert per_iteration_time(walls, warmup=1) == pytest.approx(0.01)
     assert per_iteration_time(walls[:3], warmup=1) is None
+
+
+@pytest.mark.fast
+def test_a_segments_timing_noise_is_read_from_batches_of_its_gaps():
+    """Independent gaps: their deviation. Gaps that alternate (asynchronous workers stepping in turn) time a mean
+    far better than their deviation says; a machine that drifts, far worse."""
+    rng = np.random.default_rng(0)
+    independent = 0.01 * (1 + 0.5 * rng.standard_normal(2000)).clip(0.1)
+    assert gap_spread(np.cumsum(independent), 0) == pytest.approx(independent.std() / independent.mean(), rel=0.3)
+    alternating = np.tile([0.005, 0.015], 1000)
+    assert gap_spread(np.cumsum(alternating), 0) < 0.05 < 0.5 == pytest.approx(alternating.std() / alternating.mean())
+    drifting = 0.01 * np.repeat([1.0, 1.2], 1000) * (1 + 0.05 * rng.standard_normal(2000))
+    assert gap_spread(np.cumsum(drifting), 0) > 5 * drifting.std() / drifting.mean()
+    assert gap_spread(np.cumsum(independent[:49]), 0) is None  # too few gaps for 10 batches of 5
+    assert iterations_to_time(0.5, 0.05) == 100 and iterations_to_time(0.0, 0.05) == 0
+
+
+def test_a_random_setting_runs_until_it_is_timed_and_online_segments_last_their_least_duration():
+    """The random phase's segments time their settings within TIMING_PRECISION, however long that takes, and
+    need not last min_segment_s (30 s here; a segment of this surface takes about a second); the online phase's
+    segments last min_segment_s at least, stretched."""
+    workload = sim.Workload("NoisyKnownSurface", sim.NODES, sim.KnownSurface(), sim.CURVE, target_loss=0.3,
+                            model_bytes=0.0, start_s=0.0, time_noise=0.5)
+    job = sim.Segments(workload, 0, switch_cost_s=sim.SWITCH_COST_S)
+    manager = sim.make_manager(sim.space(), 0, min_segment_s=30.0, random_settings=3, segment_iterations=20,
+                               initial_iterations=100)
+    timed, online, decision = [], 0, None
+    for _ in range(6):
+        length, seconds, stretch = manager.segment_length(), manager.segment_seconds(), manager.stretch
+        run = job.run(manager.current, length)
+        if decision is not None and decision.phase == "random" and decision.switch:  # a random setting's segment
+            gaps = np.diff(run.walls)  # independent here
+            timed.append(gaps.std() / gaps.mean() / math.sqrt(gaps.size))
+            assert seconds == 0.0 and length > 20  # the gaps' spread is about 0.5: about 100 iterations
+        elif decision is not None and decision.phase == "online":
+            online += 1
+            assert seconds == 30.0 * stretch
+        decision = manager.on_segment_end(run)
+        job.clock += sim.SWITCH_COST_S if decision.switch else 0.0
+    assert len(timed) == 3 and max(timed) < 1.5 * TIMING_PRECISION and online >= 1
 
 
 def test_cost_model_learns_per_set_of_changed_parts():

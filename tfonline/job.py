@@ -170,7 +170,8 @@ class MLJobFramework:
             tuning: with ``tune``, the loop's options: ``initial_iterations``
                 (I0, default 50), ``random_settings`` (N, default 10),
                 ``segment_iterations`` (I, default 3 × workers),
-                ``min_segment_s`` (default 2.0), ``exploration_budget``
+                ``min_segment_s`` (default 2.0; a random setting's
+                segment lasts until it is timed instead), ``exploration_budget``
                 (default 0.08: random settings and exploring switches spend
                 at most this fraction of the job's estimated length; None:
                 no limit, the paper's random phase), ``overhead_share``

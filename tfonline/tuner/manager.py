@@ -31,7 +31,13 @@ fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
 A segment lasts ``segment_iterations`` iterations (the paper's I = 3 ×
 workers when None) *and* at least ``min_segment_s`` seconds. The second
 bound is ours: here an iteration takes milliseconds, and a segment of six
-iterations measures nothing but noise. Also ours: in the online phase, each
+iterations measures nothing but noise. A random setting's segment is the
+exception: it is there to time its setting for the GP (one segment hardly
+measures how fast a setting converges), so once the job's segments have
+shown how noisy their timing is, it lasts the iterations that time it
+within :data:`~tfonline.timing.TIMING_PRECISION`, however few or many seconds that is (at
+the paper's scale, simulated, a whole 120-s segment per random setting was
+most of a tuned job's time over the best fixed setting's). Also ours: in the online phase, each
 decision to stay doubles the next segment's length (both bounds, up to
 :data:`MAX_STRETCH` times), and a switch resets it. A job that has settled
 then pays for a GP fit every 16 s rather than every 2 s; the paper refits
@@ -71,7 +77,7 @@ from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Trip
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
-from tfonline.timing import per_iteration_time
+from tfonline.timing import Timing, per_iteration_time
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -210,20 +216,23 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
-        self._on_random = False  # the job runs a random setting that no decision has judged since
+        self.timing = Timing()  # how long a random setting's segment lasts (timing.random: the job runs one)
 
     # -- segment lengths -------------------------------------------------------
 
     def segment_length(self) -> int:
-        """Iterations the current segment should run (it also runs for :meth:`segment_seconds`)."""
+        """Iterations the current segment should run (it also runs for :meth:`segment_seconds`); a random
+        setting's, at least those that time it (:class:`~tfonline.timing.Timing`)."""
         if self.phase == "initial":
             return self.initial_iterations
-        return self.stretch * (self.segment_iterations or 3 * int(self.current["worker"]))
+        length = self.stretch * (self.segment_iterations or 3 * int(self.current["worker"]))
+        return max(length, self.timing.iterations() or 0)
 
     def segment_seconds(self) -> float:
-        """The least duration of the current segment: ``min_segment_s`` stretched, and at least until the
-        tuner's time so far is within ``overhead_share`` of the job's (:class:`OverheadBudget`)."""
-        return self.overhead.segment_seconds(self.stretch * self.min_segment_s, self.elapsed_s)
+        """The least duration of the current segment: ``min_segment_s`` stretched (none for a timed random
+        setting's), and until the tuner's time so far is within ``overhead_share`` (:class:`OverheadBudget`)."""
+        least = self.stretch * self.min_segment_s if self.timing.iterations() is None else 0.0
+        return self.overhead.segment_seconds(least, self.elapsed_s)
 
     @property
     def overhead_s(self) -> float:
@@ -246,6 +255,7 @@ class TuningManager:
         if self._first_loss is None:
             self._first_loss = triple.loss_before
         self.observe(run)
+        self.timing.segment_ended(run.walls, run.warmup)
         self.budget.segment_ended(triple.per_iteration_s, max(0, len(run.walls) - run.warmup - 1))
         decision = self._decide(run)
         decision = replace(decision, overhead_s=time.thread_time() - started,
@@ -264,7 +274,7 @@ class TuningManager:
     def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
         """The job runs ``setting`` now, not by the tuner's decision (a node was lost); with ``back_to``, it
         went back to that step: the loss history after it is forgotten (the triples stay)."""
-        self.current, self.draws.ahead = dict(setting), None
+        self.current, self.draws.ahead, self.timing.random = dict(setting), None, False
         kept = len(self.job_steps) if back_to is None else bisect.bisect_right(self.job_steps, back_to)
         del self.job_steps[kept:], self.job_losses[kept:]
 
@@ -337,8 +347,8 @@ class TuningManager:
             candidate, parts, cost, left, late = self._draw(current)
             if candidate is not None:
                 self.random_done += 1
-                self._on_random = True
-                self._explore()
+                self.timing.random = True
+                self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
                 self.stretch = 1
                 budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
                 return Decision("random", current, candidate, candidate != current,
@@ -430,7 +440,7 @@ class TuningManager:
           mean put 8.9 s behind for an EI of 2-3 s (NOTES.md).
         """
         current = self.current
-        leaving_random, self._on_random = self._on_random, False
+        leaving_random, self.timing.random = self.timing.random, False
         suggested = self._suggest(run)
         if isinstance(suggested, Decision):
             return suggested
@@ -476,7 +486,7 @@ class TuningManager:
             return Decision("online", current, prediction.setting, False,
                             f"EI {ei:.3g} s exceeds the price of exploring {price:.3g} s, but the exploration "
                             f"budget left ({left:.3g} s) does not cover it", expected_improvement_s=ei, cost_s=cost)
-        self._explore()
+        self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
         budget = "" if left is None else f"; {left:.3g} s of exploration budget left"
         return self._switch(prediction, parts, cost, ei,
                             f"explore {name}: EI {ei:.3g} s exceeds the price of exploring {price:.3g} s (switch "
@@ -532,10 +542,6 @@ class TuningManager:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
         usable = [t for t in self.triples if t.usable and t.source is None]
         return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
-
-    def _explore(self) -> None:
-        """The switch being decided explores: its cost, and its segment's time against the best setting seen, are charged."""
-        self.budget.explore(self.best_per_iteration_s())
 
     def best_per_iteration_s(self) -> float | None:
         """The lowest mean time per iteration of any setting seen (:func:`~tfonline.tuner.budget.best_time`)."""
