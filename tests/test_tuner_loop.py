@@ -191,6 +191,19 @@ def test_a_random_draw_prefers_settings_predicted_to_lose_less_of_their_segment(
     assert fast[waste] >= 25 and fast[None] <= 15, fast
 
 
+def test_a_timed_random_segment_is_priced_by_its_iterations_and_a_fixed_one_by_its_seconds():
+    """A segment of fixed seconds loses 1 - best/t of them; one of fixed iterations (timed: segment_s is their time
+    at the best pace) t/best - 1 times that."""
+    from types import SimpleNamespace
+
+    from tfonline.tuner.explore import segment_waste
+
+    fitted = SimpleNamespace(seconds=lambda settings: [s["t"] for s in settings])
+    settings = [{"t": 1.0}, {"t": 2.0}, {"t": 4.0}, {"t": 0.0}]  # the best pace, 2x and 4x slower, no prediction
+    assert segment_waste(fitted, 1.0)(settings) == [0.0, 0.5, 0.75, 1.0]
+    assert segment_waste(fitted, 1.0, timed=True)(settings) == [0.0, 1.0, 3.0, 1.0]
+
+
 def test_with_a_nominal_knob_the_gp_still_reads_the_loss():
     """A nominal knob's one-hot columns come before the loss's: the GP's loss kernels act on the loss column
     (they once took the last one-hot column for it, and a prediction did not move with the loss)."""

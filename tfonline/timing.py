@@ -85,6 +85,11 @@ class Timing:
     def iterations(self) -> int | None:
         """The iterations that time a random setting within :data:`TIMING_PRECISION`; None while the job runs
         no random setting, or before any segment measured its spread."""
-        if not (self.random and self.spreads):
+        return self.needed() if self.random else None
+
+    def needed(self) -> int | None:
+        """The iterations that time a setting within :data:`TIMING_PRECISION`; None before any segment measured
+        its spread."""
+        if not self.spreads:
             return None
         return iterations_to_time(math.sqrt(sum(s * s for s in self.spreads) / len(self.spreads)), TIMING_PRECISION)

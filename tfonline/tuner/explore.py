@@ -95,17 +95,25 @@ class Draws:
         return dict(self.ahead)
 
 
-def segment_waste(fitted, best_s: float) -> Callable[[list[dict[str, Any]]], list[float]]:
-    """The share of a segment each setting is predicted to lose against the best setting seen, which runs at
-    ``best_s`` per iteration: 1 − best_s / its time per iteration by the GP's mean (``fitted``, a
-    :class:`~tfonline.tuner._gpyopt.Fitted`), at least 0.
+def segment_waste(fitted, best_s: float, timed: bool = False) -> Callable[[list[dict[str, Any]]], list[float]]:
+    """What each setting is predicted to lose against the best setting seen, which runs at ``best_s`` per
+    iteration, by the GP's mean time per iteration t (``fitted``, a :class:`~tfonline.tuner._gpyopt.Fitted`), as
+    a share of :class:`Draws`' ``segment_s``, at least 0: a segment of fixed seconds loses 1 − best_s / t of them;
+    a ``timed`` one, of fixed iterations (:class:`~tfonline.timing.Timing`; ``segment_s`` is then their time at
+    ``best_s``), loses t / best_s − 1 times that. Measured at the paper's scale, simulated: random segments
+    timed but priced as if they lasted ``min_segment_s`` (120 s, where they ran about 6 s) gave 4,098-4,229 s a job
+    (three runs), priced as timed 3,821-3,864 s (two; NOTES.md, 2026-11-26): a switch's cost, an XLA compile's
+    above all, is most of what a timed random setting costs.
 
     A time that is not a positive number is no prediction: that setting is priced as draws are without the
     GP, at its whole segment. (At the paper's scale, simulated, a fit reused on new observations
     predicted a setting at exp(-1734) s per iteration, 0 in floats, and the division failed the job's tuner:
     tests/gp_reused_fit_case.json.)"""
     def shares(settings: list[dict[str, Any]]) -> list[float]:
-        return [max(0.0, 1.0 - best_s / float(t)) if 0.0 < t < math.inf else 1.0 for t in fitted.seconds(settings)]
+        times = [float(t) for t in fitted.seconds(settings)]
+        if timed:
+            return [max(0.0, t / best_s - 1.0) if 0.0 < t < math.inf else 1.0 for t in times]
+        return [max(0.0, 1.0 - best_s / t) if 0.0 < t < math.inf else 1.0 for t in times]
     return shares
 
 

@@ -372,19 +372,19 @@ class TuningManager:
 
     def _draw(self, current: dict[str, Any]):
         """The next random setting (:class:`~tfonline.tuner.explore.Draws`): (setting or None, its switch's parts,
-        their estimated cost, the budget left or None, whether the job is too far along for any draw). From two
-        observations on, and while the overhead share pays for a fit, priced by the GP's times
-        (:func:`~tfonline.tuner.explore.segment_waste`; a job of seconds draws without)."""
+        their estimated cost, the budget left or None, whether the job is too far along for any draw); priced by
+        the GP's times from two observations on, while the overhead share pays for a fit (:func:`segment_waste`)."""
         left = self.exploration_left()
         if left is not None and self.time_share() >= 1 - self.budget.fraction:
             self.draws.ahead = None
             return None, {}, 0.0, left, True
         observations, best = self.usable_observations(), self.best_per_iteration_s()
-        self.draws.waste = None
+        timed = self.timing.needed() if best else None  # a random segment's iterations, then seconds at best's pace
+        self.draws.waste, self.draws.segment_s = None, self.min_segment_s if timed is None else timed * best
         if self.optimizer and len(observations) > 1 and best and self.overhead.affords_fit(self.elapsed_s):
             fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, current, self.draws.refit(
                 len(observations), self.overhead.refit_due(self.elapsed_s)))
-            self._refitted, self.draws.waste = fitted.refitted, segment_waste(fitted, best)
+            self._refitted, self.draws.waste = fitted.refitted, segment_waste(fitted, best, timed is not None)
         return *self.draws.next(current, [t.setting for t in self.triples] + [current], left), left, False
 
     def ahead(self) -> tuple[dict[str, Any], Plan] | None:
