@@ -238,8 +238,9 @@ class Simulation:
             n = CHUNK if count == math.inf else max(1, min(CHUNK, int(count - len(state.points))))
             gaps, step_times, losses, self._progress = workload.draw(setting, n, self._progress, self.rng)
             for i in range(n):  # a Stop mid-chunk ends the job: the progress drawn ahead no longer matters
-                if workload.drift and self.clock.now >= self._drift_until:
-                    self._slowdown = math.exp(workload.drift * self._drift_rng.standard_normal() - workload.drift ** 2 / 2)
+                if workload.drift and self.clock.now >= self._drift_until:  # lognormal, of mean 1
+                    z = self._drift_rng.standard_normal()
+                    self._slowdown = math.exp(workload.drift * z - workload.drift ** 2 / 2)
                     self._drift_until = self.clock.now + workload.drift_period_s
                 self.clock.now += gaps[i] * self._slowdown
                 self._worker = (self._worker + 1) % workers
