@@ -61,8 +61,8 @@ def iterations_to_time(spread: float, precision: float) -> int:
 # A random setting's segment is there to time the setting for the GP (one segment hardly measures how fast it
 # converges): it lasts the iterations that time it within this relative standard error, not min_segment_s, which
 # is there for the online phase's segments (tfonline.tuner.manager). On this machine one setting's time per
-# iteration drifts by about 4% over seconds (episodes of 3-10 s; a 70-s LogR run: NOTES.md, 2026-11-26): a
-# tighter timing would be lost in the drift between segments.
+# iteration drifts by 3-3.5% over windows of 1-10 s, in episodes of 3-10 s of 5-12% (a 70-s LogR run: NOTES.md,
+# 2026-11-26): a tighter timing would be lost in the drift between segments.
 TIMING_PRECISION = 0.05
 
 
