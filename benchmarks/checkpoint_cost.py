@@ -85,9 +85,9 @@ def main(argv=None) -> dict:
     print(f"{'workload':9}{'ms/it without':>14}{'ms/it with':>11}{'slowdown':>10}{'per ckpt s':>11}{'eval s':>8}"
           f"{'at 300 s':>10}   target")
     for name, r in results.items():
-        each = "-" if r["checkpoint_s"] is None else f"{r['checkpoint_s']:.3f}"
+        per_checkpoint = "-" if r["checkpoint_s"] is None else f"{r['checkpoint_s']:.3f}"
         print(f"{name:9}{1000 * r['per_iteration_without_s']:14.2f}{1000 * r['per_iteration_with_s']:11.2f}"
-              f"{100 * r['slowdown']:9.1f}%{each:>11}{r['evaluation_s']:8.3f}"
+              f"{100 * r['slowdown']:9.1f}%{per_checkpoint:>11}{r['evaluation_s']:8.3f}"
               f"{100 * r['share_at_default']:9.2f}%   < {100 * TARGET_SHARE:g}% of the job's time")
     return results
 

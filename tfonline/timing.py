@@ -75,21 +75,17 @@ class Timing:
     def __init__(self, latest: int = 5):
         self.latest = latest
         self.spreads: list[float] = []
+        self.needed: int | None = None  # the iterations that time a setting; None before any segment measured
         self.random = False  # the job runs a random setting that no decision has judged since
 
     def segment_ended(self, walls: np.ndarray, warmup: int) -> None:
         spread = gap_spread(walls, warmup)
-        if spread is not None:
+        if spread is not None:  # the driver asks for the length at every check: it is worked out here, once
             self.spreads = (self.spreads + [spread])[-self.latest:]
+            rms = math.sqrt(sum(s * s for s in self.spreads) / len(self.spreads))
+            self.needed = iterations_to_time(rms, TIMING_PRECISION)
 
     def iterations(self) -> int | None:
         """The iterations that time a random setting within :data:`TIMING_PRECISION`; None while the job runs
         no random setting, or before any segment measured its spread."""
-        return self.needed() if self.random else None
-
-    def needed(self) -> int | None:
-        """The iterations that time a setting within :data:`TIMING_PRECISION`; None before any segment measured
-        its spread."""
-        if not self.spreads:
-            return None
-        return iterations_to_time(math.sqrt(sum(s * s for s in self.spreads) / len(self.spreads)), TIMING_PRECISION)
+        return self.needed if self.random else None

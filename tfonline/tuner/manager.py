@@ -380,7 +380,7 @@ class TuningManager:
             self.draws.ahead = None
             return None, {}, 0.0, left, True
         observations, best = self.usable_observations(), self.best_per_iteration_s()
-        timed = self.timing.needed() if best else None  # a random segment's iterations, then seconds at best's pace
+        timed = self.timing.needed if best else None  # a random segment's iterations, then seconds at best's pace
         self.draws.waste, self.draws.segment_s = None, self.min_segment_s if timed is None else timed * best
         if self.optimizer and len(observations) > 1 and best and self.overhead.affords_fit(self.elapsed_s):
             fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, current, self.draws.refit(
