@@ -18,7 +18,7 @@ from tfonline.repository import Repository
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
-from tfonline.timing import TIMING_PRECISION, gap_spread, iterations_to_time, per_iteration_time
+from tfonline.timing import TIMING_PRECISION, Timing, gap_spread, iterations_to_time, per_iteration_time
 from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speeds, slope_columns
 from tfonline.tuner.budget import FIRST_FIT_S
 from tfonline.tuner.manager import CostModel, TuningManager, loss_trend
@@ -329,6 +329,25 @@ def test_a_segments_timing_noise_is_read_from_batches_of_its_gaps():
     assert gap_spread(np.cumsum(drifting), 0) > 5 * drifting.std() / drifting.mean()
     assert gap_spread(np.cumsum(independent[:49]), 0) is None  # too few gaps for 10 batches of 5
     assert iterations_to_time(0.5, 0.05) == 100 and iterations_to_time(0.0, 0.05) == 0
+
+
+@pytest.mark.fast
+def test_a_random_segments_timing_lasts_at_most_its_ceiling_at_the_latest_pace():
+    """On a machine whose timing scatters widely, timing a setting within 5% would take thousands of
+    iterations; with ``most_s`` (the manager's min_segment_s) a random segment lasts at most the iterations that
+    take most_s at the latest segment's pace."""
+    rng = np.random.default_rng(1)
+    walls = np.cumsum(0.01 * np.repeat(rng.lognormal(0.0, 1.0, 20), 50))  # 20 runs of 50 gaps, each at its own pace
+    free, capped = Timing(), Timing(most_s=2.0)
+    for timing in (free, capped):
+        timing.segment_ended(walls, 0)
+        timing.random = True
+    assert free.iterations() > 5_000
+    assert capped.iterations() == math.floor(2.0 / per_iteration_time(walls, 0)) < 1_000
+    capped.random = False
+    assert capped.iterations() is None  # only a random setting's segment is timed
+    assert sim.make_manager(sim.space(), 0, min_segment_s=2.0).timing.most_s == 2.0  # the manager's ceiling
+    assert not sim.make_manager(sim.space(), 0, min_segment_s=0).timing.most_s  # none: no least segment either
 
 
 def test_a_random_setting_runs_until_it_is_timed_and_online_segments_last_their_least_duration():

@@ -70,10 +70,15 @@ class Timing:
     """How many iterations time a random setting's segment within :data:`TIMING_PRECISION`, while the job runs
     one (``random``, which the tuner sets): from the :func:`gap_spread` of the latest ``latest`` segments that had
     enough iterations to measure it (their root mean square: one segment's spread, from 10 batches, is off by a
-    quarter, and its square more)."""
+    quarter, and its square more).
 
-    def __init__(self, latest: int = 5):
-        self.latest = latest
+    With ``most_s``, at most the iterations that last ``most_s`` at the pace of the latest segment measured: the
+    segment the rule replaced (``min_segment_s``) is its ceiling, so that a machine whose timing scatters widely
+    (a spread of 3 needs 3,600 iterations) makes no random segment much longer than it was without the rule.
+    """
+
+    def __init__(self, latest: int = 5, most_s: float | None = None):
+        self.latest, self.most_s = latest, most_s
         self.spreads: list[float] = []
         self.needed: int | None = None  # the iterations that time a setting; None before any segment measured
         self.random = False  # the job runs a random setting that no decision has judged since
@@ -84,6 +89,8 @@ class Timing:
             self.spreads = (self.spreads + [spread])[-self.latest:]
             rms = math.sqrt(sum(s * s for s in self.spreads) / len(self.spreads))
             self.needed = iterations_to_time(rms, TIMING_PRECISION)
+            if self.most_s:  # spread is not None: the segment had enough gaps for a pace
+                self.needed = max(1, min(self.needed, math.floor(self.most_s / per_iteration_time(walls, warmup))))
 
     def iterations(self) -> int | None:
         """The iterations that time a random setting within :data:`TIMING_PRECISION`; None while the job runs

@@ -35,10 +35,11 @@ iterations measures nothing but noise. A random setting's segment is the
 exception: it is there to time its setting for the GP (one segment hardly
 measures how fast a setting converges), so once the job's segments have
 shown how noisy their timing is, it lasts the iterations that time it
-within :data:`~tfonline.timing.TIMING_PRECISION`, however few or many
-seconds that is, and its draw is priced over those iterations (at the
-paper's scale, simulated, a whole 120-s segment per random setting was
-most of a tuned job's time over the best fixed setting's). Also ours: in
+within :data:`~tfonline.timing.TIMING_PRECISION`, up to ``min_segment_s``
+at the latest segment's pace (the segment it replaced), and its draw is
+priced over those iterations (at the paper's scale, simulated, a whole
+120-s segment per random setting was most of a tuned job's time over the
+best fixed setting's). Also ours: in
 the online phase, each decision to stay doubles the next segment's length (both bounds, up to
 :data:`MAX_STRETCH` times), and a switch resets it. A job that has settled
 then pays for a GP fit every 16 s rather than every 2 s; the paper refits
@@ -217,7 +218,7 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
-        self.timing = Timing()  # how long a random setting's segment lasts (timing.random: the job runs one)
+        self.timing = Timing(most_s=self.min_segment_s)  # a random setting's segment (timing.random: one runs)
 
     # -- segment lengths -------------------------------------------------------
 
