@@ -351,9 +351,9 @@ def test_a_random_segments_timing_lasts_at_most_its_ceiling_at_the_latest_pace()
 
 
 def test_a_random_setting_runs_until_it_is_timed_and_online_segments_last_their_least_duration():
-    """The random phase's segments time their settings within TIMING_PRECISION, however long that takes, and
-    need not last min_segment_s (30 s here; a segment of this surface takes about a second); the online phase's
-    segments last min_segment_s at least, stretched."""
+    """The random phase's segments time their settings within TIMING_PRECISION (their ceiling, min_segment_s at
+    the latest pace, is far above what that takes here) and need not last min_segment_s (30 s here; a segment of
+    this surface takes about a second); the online phase's segments last min_segment_s at least, stretched."""
     workload = sim.Workload("NoisyKnownSurface", sim.NODES, sim.KnownSurface(), sim.CURVE, target_loss=0.3,
                             model_bytes=0.0, start_s=0.0, time_noise=0.5)
     job = sim.Segments(workload, 0, switch_cost_s=sim.SWITCH_COST_S)

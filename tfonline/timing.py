@@ -46,7 +46,12 @@ def gap_spread(walls: np.ndarray, warmup: int) -> float | None:
     so consecutive gaps are not independent. None under BATCHES x MIN_BATCH gaps.
     """
     gaps = _kept_gaps(walls, warmup)
-    if gaps is None or gaps.size < BATCHES * MIN_BATCH or not gaps.mean() > 0:
+    return None if gaps is None else _spread(gaps)
+
+
+def _spread(gaps: np.ndarray) -> float | None:
+    """:func:`gap_spread` of gaps already kept (:func:`_kept_gaps`)."""
+    if gaps.size < BATCHES * MIN_BATCH or not gaps.mean() > 0:
         return None
     means = np.array([batch.mean() for batch in np.array_split(gaps, BATCHES)])
     return float(means.std(ddof=1) / np.sqrt(BATCHES) * np.sqrt(gaps.size) / gaps.mean())
@@ -73,7 +78,7 @@ class Timing:
     quarter, and its square more).
 
     With ``most_s``, at most the iterations that last ``most_s`` at the pace of the latest segment measured: the
-    segment the rule replaced (``min_segment_s``) is its ceiling, so that a machine whose timing scatters widely
+    segment the rule replaced (``min_segment_s``), at that pace, is its ceiling, so that a machine whose timing scatters widely
     (a spread of 3 needs 3,600 iterations) makes no random segment much longer than it was without the rule.
     """
 
@@ -84,13 +89,14 @@ class Timing:
         self.random = False  # the job runs a random setting that no decision has judged since
 
     def segment_ended(self, walls: np.ndarray, warmup: int) -> None:
-        spread = gap_spread(walls, warmup)
+        gaps = _kept_gaps(walls, warmup)  # once: the spread and the pace are both read from them
+        spread = None if gaps is None else _spread(gaps)
         if spread is not None:  # the driver asks for the length at every check: it is worked out here, once
             self.spreads = (self.spreads + [spread])[-self.latest:]
             rms = math.sqrt(sum(s * s for s in self.spreads) / len(self.spreads))
             self.needed = iterations_to_time(rms, TIMING_PRECISION)
-            if self.most_s:  # spread is not None: the segment had enough gaps for a pace
-                self.needed = max(1, min(self.needed, math.floor(self.most_s / per_iteration_time(walls, warmup))))
+            if self.most_s:  # the pace is per_iteration_time's: the kept gaps' mean
+                self.needed = max(1, min(self.needed, math.floor(self.most_s / gaps.mean())))
 
     def iterations(self) -> int | None:
         """The iterations that time a random setting within :data:`TIMING_PRECISION`; None while the job runs

@@ -109,11 +109,11 @@ def segment_waste(fitted, best_s: float, timed: bool = False) -> Callable[[list[
     GP, at its whole segment. (At the paper's scale, simulated, a fit reused on new observations
     predicted a setting at exp(-1734) s per iteration, 0 in floats, and the division failed the job's tuner:
     tests/gp_reused_fit_case.json.)"""
+    def lost(t: float) -> float:
+        return t / best_s - 1.0 if timed else 1.0 - best_s / t
+
     def shares(settings: list[dict[str, Any]]) -> list[float]:
-        times = [float(t) for t in fitted.seconds(settings)]
-        if timed:
-            return [max(0.0, t / best_s - 1.0) if 0.0 < t < math.inf else 1.0 for t in times]
-        return [max(0.0, 1.0 - best_s / t) if 0.0 < t < math.inf else 1.0 for t in times]
+        return [max(0.0, lost(t)) if 0.0 < t < math.inf else 1.0 for t in map(float, fitted.seconds(settings))]
     return shares
 
 

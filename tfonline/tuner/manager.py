@@ -36,11 +36,11 @@ exception: it is there to time its setting for the GP (one segment hardly
 measures how fast a setting converges), so once the job's segments have
 shown how noisy their timing is, it lasts the iterations that time it
 within :data:`~tfonline.timing.TIMING_PRECISION`, up to ``min_segment_s``
-at the latest segment's pace (the segment it replaced), and its draw is
+at the latest segment's pace (about the segment it replaced), and its draw is
 priced over those iterations (at the paper's scale, simulated, a whole
 120-s segment per random setting was most of a tuned job's time over the
-best fixed setting's). Also ours: in
-the online phase, each decision to stay doubles the next segment's length (both bounds, up to
+best fixed setting's). Also ours: in the online phase, each decision to
+stay doubles the next segment's length (both bounds, up to
 :data:`MAX_STRETCH` times), and a switch resets it. A job that has settled
 then pays for a GP fit every 16 s rather than every 2 s; the paper refits
 every I iterations.
