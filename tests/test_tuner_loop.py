@@ -346,8 +346,8 @@ def test_a_random_segments_timing_lasts_at_most_its_ceiling_at_the_latest_pace()
     assert capped.iterations() == math.floor(2.0 / per_iteration_time(walls, 0)) < 1_000
     capped.random = False
     assert capped.iterations() is None  # only a random setting's segment is timed
-    assert sim.make_manager(sim.space(), 0, min_segment_s=2.0).timing.most_s == 2.0  # the manager's ceiling
-    assert not sim.make_manager(sim.space(), 0, min_segment_s=0).timing.most_s  # none: no least segment either
+    assert sim.make_manager(sim.space(), 0, min_segment_s=2.0).lengths.timing.most_s == 2.0  # the manager's ceiling
+    assert not sim.make_manager(sim.space(), 0, min_segment_s=0).lengths.timing.most_s  # none: no least segment either
 
 
 def test_a_random_setting_runs_until_it_is_timed_and_online_segments_last_their_least_duration():
@@ -361,7 +361,7 @@ def test_a_random_setting_runs_until_it_is_timed_and_online_segments_last_their_
                                initial_iterations=100)
     timed, online, decision = [], 0, None
     for _ in range(6):
-        length, seconds, stretch = manager.segment_length(), manager.segment_seconds(), manager.stretch
+        length, seconds, stretch = manager.segment_length(), manager.segment_seconds(), manager.lengths.stretch
         run = job.run(manager.current, length)
         if decision is not None and decision.phase == "random" and decision.switch:  # a random setting's segment
             gaps = np.diff(run.walls)  # independent here

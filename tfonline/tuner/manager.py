@@ -41,7 +41,7 @@ priced over those iterations (at the paper's scale, simulated, a whole
 120-s segment per random setting was most of a tuned job's time over the
 best fixed setting's). Also ours: in the online phase, each decision to
 stay doubles the next segment's length (both bounds, up to
-:data:`MAX_STRETCH` times), and a switch resets it. A job that has settled
+:data:`~tfonline.tuner.lengths.MAX_STRETCH` times), and a switch resets it. A job that has settled
 then pays for a GP fit every 16 s rather than every 2 s; the paper refits
 every I iterations.
 
@@ -79,7 +79,8 @@ from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Trip
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
-from tfonline.timing import Timing, per_iteration_time
+from tfonline.timing import per_iteration_time
+from tfonline.tuner.lengths import SegmentLengths
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -97,9 +98,6 @@ CONFIDENCE = 0.8
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
-# How many times longer than the first an online segment may grow while the
-# tuner keeps deciding to stay.
-MAX_STRETCH = 8
 # The tuner's decisions (the GP's fits, mostly) may take at most this share of
 # the job: a segment lasts at least 1/OVERHEAD_SHARE times the latest decision.
 OVERHEAD_SHARE = 0.02
@@ -190,15 +188,12 @@ class TuningManager:
         self.current = dict(start)
         self.target_loss = target_loss
         self.make_estimator = make_estimator
-        self.initial_iterations = initial_iterations
         self.random_settings = random_settings
-        self.segment_iterations = segment_iterations
-        self.min_segment_s = float(min_segment_s)
+        self.lengths = SegmentLengths(initial_iterations, segment_iterations, min_segment_s, self.overhead)
         self.budget = ExplorationBudget(exploration_budget)
         self._walls: list[float] = []  # the first and the latest wall time seen
         self._first_loss: float | None = None  # the loss before this run's first segment
-        self.stretch = 1
-        self.draws = Draws(space, random.Random(seed), cost_model or CostModel(), self.min_segment_s)
+        self.draws = Draws(space, random.Random(seed), cost_model or CostModel(), self.lengths.min_segment_s)
         self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
         if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
             self.optimizer.adopt(gp_fit.form, gp_fit.values)
@@ -218,23 +213,16 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
-        self.timing = Timing(most_s=self.min_segment_s)  # a random setting's segment (timing.random: one runs)
 
     # -- segment lengths -------------------------------------------------------
 
     def segment_length(self) -> int:
-        """Iterations the current segment should run (it also runs for :meth:`segment_seconds`); a random
-        setting's, at least those that time it (:class:`~tfonline.timing.Timing`)."""
-        if self.phase == "initial":
-            return self.initial_iterations
-        length = self.stretch * (self.segment_iterations or 3 * int(self.current["worker"]))
-        return max(length, self.timing.iterations() or 0)
+        """Iterations the current segment should run; it lasts :meth:`segment_seconds` too (:class:`SegmentLengths`)."""
+        return self.lengths.iterations(self.phase, self.current["worker"])
 
     def segment_seconds(self) -> float:
-        """The least duration of the current segment: ``min_segment_s`` stretched (none for a timed random
-        setting's), and until the tuner's time so far is within ``overhead_share`` (:class:`OverheadBudget`)."""
-        least = self.stretch * self.min_segment_s if self.timing.iterations() is None else 0.0
-        return self.overhead.segment_seconds(least, self.elapsed_s)
+        """The least duration of the current segment (:class:`SegmentLengths`)."""
+        return self.lengths.seconds(self.elapsed_s)
 
     @property
     def overhead_s(self) -> float:
@@ -257,7 +245,7 @@ class TuningManager:
         if self._first_loss is None:
             self._first_loss = triple.loss_before
         self.observe(run)
-        self.timing.segment_ended(run.walls, run.warmup)
+        self.lengths.timing.segment_ended(run.walls, run.warmup)
         self.budget.segment_ended(triple.per_iteration_s, max(0, len(run.walls) - run.warmup - 1))
         decision = self._decide(run)
         decision = replace(decision, overhead_s=time.thread_time() - started,
@@ -276,7 +264,7 @@ class TuningManager:
     def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
         """The job runs ``setting`` now, not by the tuner's decision (a node was lost); with ``back_to``, it
         went back to that step: the loss history after it is forgotten (the triples stay)."""
-        self.current, self.draws.ahead, self.timing.random = dict(setting), None, False
+        self.current, self.draws.ahead, self.lengths.timing.random = dict(setting), None, False
         kept = len(self.job_steps) if back_to is None else bisect.bisect_right(self.job_steps, back_to)
         del self.job_steps[kept:], self.job_losses[kept:]
 
@@ -349,9 +337,9 @@ class TuningManager:
             candidate, parts, cost, left, late = self._draw(current)
             if candidate is not None:
                 self.random_done += 1
-                self.timing.random = True
+                self.lengths.timing.random = True
                 self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
-                self.stretch = 1
+                self.lengths.decided(switch=True)
                 budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
                 return Decision("random", current, candidate, candidate != current,
                                 f"initialisation: random setting {self.random_done} of {self.random_settings}{budget}",
@@ -369,7 +357,7 @@ class TuningManager:
         if self.phase == "online":
             decision = self._online(run)
             decision = replace(decision, reason=ended + decision.reason)
-        self.stretch = 1 if decision.switch else min(2 * self.stretch, MAX_STRETCH)
+        self.lengths.decided(decision.switch)
         return decision
 
     def _draw(self, current: dict[str, Any]):
@@ -381,8 +369,8 @@ class TuningManager:
             self.draws.ahead = None
             return None, {}, 0.0, left, True
         observations, best = self.usable_observations(), self.best_per_iteration_s()
-        timed = self.timing.needed if best else None  # a random segment's iterations, then seconds at best's pace
-        self.draws.waste, self.draws.segment_s = None, self.min_segment_s if timed is None else timed * best
+        timed = self.lengths.timing.needed if best else None  # a random segment's iterations; seconds at best's pace
+        self.draws.waste, self.draws.segment_s = None, self.lengths.min_segment_s if timed is None else timed * best
         if self.optimizer and len(observations) > 1 and best and self.overhead.affords_fit(self.elapsed_s):
             fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, current, self.draws.refit(
                 len(observations), self.overhead.refit_due(self.elapsed_s)))
@@ -442,7 +430,7 @@ class TuningManager:
           mean put 8.9 s behind for an EI of 2-3 s (NOTES.md).
         """
         current = self.current
-        leaving_random, self.timing.random = self.timing.random, False
+        leaving_random, self.lengths.timing.random = self.lengths.timing.random, False
         suggested = self._suggest(run)
         if isinstance(suggested, Decision):
             return suggested
@@ -465,7 +453,7 @@ class TuningManager:
                                 f"({', '.join(sorted(parts))}; {prediction.confidence:.0%} sure, and a random "
                                 f"setting is kept only when predicted best)")
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
-                        segment_iterations=self.segment_iterations, min_segment_s=self.min_segment_s)
+                        segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
         if not by_ei:
             recent = [p for p in priced if p[2] is not None]

@@ -1,0 +1,48 @@
+"""How long a tuned job's segment runs: its iterations, and the least seconds it lasts.
+
+The rules are the tuning loop's (:mod:`tfonline.tuner.manager`, "A segment
+lasts"); they are kept here, apart from the decisions, because a driver asks
+for them at every check of its loop and the decisions only change them.
+"""
+
+from __future__ import annotations
+
+from tfonline.timing import Timing
+from tfonline.tuner.budget import OverheadBudget
+
+# How many times longer than the first an online segment may grow while the
+# tuner keeps deciding to stay.
+MAX_STRETCH = 8
+
+
+class SegmentLengths:
+    """The current segment's length: ``initial_iterations`` for the first; then ``segment_iterations`` (None:
+    3 × the setting's workers) and at least ``min_segment_s`` seconds, both times the stretch; a random setting's
+    segment, once timing is possible, the iterations that time it (:class:`~tfonline.timing.Timing`, at most
+    ``min_segment_s`` at the latest pace) and no least seconds. Every segment also lasts until the tuner's time
+    so far is within its share (:class:`~tfonline.tuner.budget.OverheadBudget`)."""
+
+    def __init__(self, initial_iterations: int, segment_iterations: int | None, min_segment_s: float,
+                 overhead: OverheadBudget):
+        self.initial_iterations = initial_iterations
+        self.segment_iterations = segment_iterations
+        self.min_segment_s = float(min_segment_s)
+        self.overhead = overhead
+        self.stretch = 1
+        self.timing = Timing(most_s=self.min_segment_s)  # a random setting's segment (timing.random: one runs)
+
+    def iterations(self, phase: str, workers: int) -> int:
+        """Iterations the current segment should run, in ``phase``, on a setting of ``workers``."""
+        if phase == "initial":
+            return self.initial_iterations
+        length = self.stretch * (self.segment_iterations or 3 * int(workers))
+        return max(length, self.timing.iterations() or 0)
+
+    def seconds(self, elapsed_s: float) -> float:
+        """The least duration of the current segment, ``elapsed_s`` into the job."""
+        least = self.stretch * self.min_segment_s if self.timing.iterations() is None else 0.0
+        return self.overhead.segment_seconds(least, elapsed_s)
+
+    def decided(self, switch: bool) -> None:
+        """A decision was taken: a switch starts the stretch over, staying doubles it (up to :data:`MAX_STRETCH`)."""
+        self.stretch = 1 if switch else min(2 * self.stretch, MAX_STRETCH)
