@@ -11,6 +11,7 @@ as the driver does for the TensorFlow runner.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from tfonline.estimator import get_estimator
 from tfonline.simulator import LossCurve, Segments, SpeedModel, Workload
@@ -132,6 +133,31 @@ def stale_job(seed: int) -> Segments:
     curve = LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.5, noise=0.02)
     workload = Workload("StaleSurface", NODES, StaleSurface(), curve, target_loss=0.305, model_bytes=0.0, start_s=0.0,
                         smoothing_window=19)
+    return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)
+
+
+# The stale surface's times per iteration until half the progress to the target, then these: the fastest worker
+# count moves from 4 to 2 (the issue's "a simulated job whose best setting changes halfway"); no staleness.
+MOVED_T = {1: 0.02, 2: 0.008, 3: 0.011, 4: 0.014}
+
+
+@dataclass
+class MovingWorkload(Workload):
+    moves_at: float = math.inf  # the progress from which a segment runs at MOVED_T
+
+    def draw(self, setting, n, progress, rng):
+        gaps, steps, losses, after = super().draw(setting, n, progress, rng)
+        if progress >= self.moves_at:
+            factor = MOVED_T[setting["worker"]] / STALE_T[setting["worker"]]
+            gaps, steps = gaps * factor, steps * factor
+        return gaps, steps, losses, after
+
+
+def moving_job(seed: int, target_loss: float = 0.305) -> Segments:
+    """A job on :func:`stale_space` whose fastest worker count moves halfway (:data:`MOVED_T`)."""
+    curve = LossCurve(b0=1 / 120, b1=2.5, b2=0.3, staleness=0.0, noise=0.02)
+    workload = MovingWorkload("MovingOptimum", NODES, StaleSurface(), curve, target_loss=target_loss, model_bytes=0.0,
+                              start_s=0.0, smoothing_window=19, moves_at=curve.progress_to(target_loss) / 2)
     return Segments(workload, seed, switch_cost_s=SWITCH_COST_S)
 
 

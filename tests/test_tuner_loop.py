@@ -440,7 +440,7 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     explored_at = [i for i, d in enumerate(decisions) if (d, lefts[i]) in exploring]
     charged = 2.0 * len(explored_at) + sum(39 * (manager.triples[i + 1].per_iteration_s - best[i])
                                            for i in explored_at if i + 1 < len(manager.triples))
-    assert manager.exploration_spent_s == pytest.approx(charged)
+    assert manager.budget.spent_s == pytest.approx(charged)
     exploits = [d for d in decisions if d.switch and "exploit " in d.reason]
     assert exploits and all(d.expected_improvement_s is not None and d.cost_s < 1e3 for d in exploits)
     assert sim.time_per_progress(manager.current) < 0.5 * sim.time_per_progress(decisions[0].current)
@@ -620,6 +620,37 @@ def test_a_setting_that_needs_more_iterations_loses_to_one_that_finishes_first(s
     assert most != 4 and time_per_progress({"worker": most}) <= 1.10 * best, settled
     # It may still try four now and then (1.21x): once in 10 decisions on 3 (1.09x) is 1.103x on average.
     assert np.mean(last) <= 1.12, last
+
+
+@pytest.mark.parametrize("seed", [0])  # about 40 s on this slow 2-core machine; seeds 1-3 in NOTES.md
+def test_the_loop_follows_a_fastest_setting_that_moves_halfway(seed):
+    """The fastest worker count moves from 4 to 2 halfway to the target (simulated.MOVED_T, no staleness). Only
+    the current setting is measured then, and the GP alone read its slowdown as the whole job's: on this seed
+    the job stayed on 4 workers (1.75x the new best) for all 16 segments after the change. Measuring again what
+    may now win (tfonline.tuner.recheck) has it on 2 workers within 4 segments, and mostly there after."""
+    job, target = sim.moving_job(seed, 0.31), 0.31
+    manager = sim.make_manager(sim.stale_space(), seed, target)
+    workers, reasons, change = [], [], None
+    while change is None or len(workers) < change + 16:
+        if change is None and job.progress >= job.workload.moves_at:
+            change = len(workers)
+        decision = manager.on_segment_end(job.run(manager.current, manager.segment_length()))
+        if decision.switch:
+            job.clock += sim.SWITCH_COST_S
+            manager.record_cost(decision.parts, sim.SWITCH_COST_S)
+        workers.append(manager.current["worker"])
+        reasons.append(decision.reason)
+        assert len(workers) < 100, "the change never came"
+    after = workers[change:]
+    print(f"seed {seed}: workers before the change {''.join(map(str, workers[:change]))}, "
+          f"after {''.join(map(str, after))}")
+    assert min(sim.STALE_T, key=sim.STALE_T.get) == 4 and min(sim.MOVED_T, key=sim.MOVED_T.get) == 2
+    assert 4 in workers[change - 3:change]  # it ran the old fastest before the change
+    assert 2 in after[:4]
+    settled = after[after.index(2):]
+    assert settled.count(2) >= 0.75 * len(settled), after
+    assert not any("measure again" in r for r in reasons[:change])  # nothing to measure again before it
+    assert any("measure again" in r for r in reasons[change:change + 4])
 
 
 class _BiasedCurve:

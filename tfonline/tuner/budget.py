@@ -9,6 +9,12 @@ import numpy as np
 from tfonline.setting import setting_key
 
 
+def latest_remaining_s(triples: Sequence) -> float | None:
+    """R̂ of the latest usable triple of this job's own (None before one): its estimated time left."""
+    usable = [t for t in triples if t.usable and t.source is None]
+    return usable[-1].remaining_s if usable else None
+
+
 def best_time(triples: Sequence) -> float | None:
     """The lowest mean time per iteration of any setting the triples saw (each setting's mean over its
     segments), this workload's only (another's times are on its own scale): what an exploring segment is

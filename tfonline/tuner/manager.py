@@ -24,6 +24,10 @@ Phases:
    GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
    exceeds the estimated cost of that reconfiguration and the exploration
    budget covers it (*explore*, the paper's gate). See :meth:`TuningManager._online`.
+   When no switch exploits and the current setting's time per iteration
+   rose within its stint, the settings that may now beat it are measured
+   again first (:mod:`tfonline.tuner.recheck`): the GP alone read such a
+   rise as the whole job slowing, and stayed.
 
 Exploring, in the random phase and online, spends from one budget: a
 fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
@@ -76,11 +80,12 @@ from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
 from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key, speed_names
 from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
-from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
+from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time, latest_remaining_s
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.lengths import SegmentLengths
+from tfonline.tuner.recheck import Survey
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -213,6 +218,7 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
+        self.survey = Survey()  # settings measured again once the current one is seen to change
 
     # -- segment lengths -------------------------------------------------------
 
@@ -388,10 +394,8 @@ class TuningManager:
 
     def time_share(self) -> float:
         """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""
-        usable = [t for t in self.triples if t.usable and t.source is None]
-        if not usable or not self.elapsed_s > 0:
-            return 0.0
-        return self.elapsed_s / (self.elapsed_s + usable[-1].remaining_s)
+        remaining = latest_remaining_s(self.triples)
+        return self.elapsed_s / (self.elapsed_s + remaining) if remaining is not None and self.elapsed_s > 0 else 0.0
 
     def usable_observations(self) -> list[Observation]:
         """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
@@ -434,7 +438,7 @@ class TuningManager:
         suggested = self._suggest(run)
         if isinstance(suggested, Decision):
             return suggested
-        suggestion, iterations_left = suggested
+        suggestion, iterations_left, loss_now = suggested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
         paying = _exploits(priced, [t.setting for t in self.triples] + [current])
@@ -452,6 +456,8 @@ class TuningManager:
                                 f"{prediction.gain_s:.3g} s faster, more than the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}; {prediction.confidence:.0%} sure, and a random "
                                 f"setting is kept only when predicted best)")
+        if (again := self._recheck(iterations_left, loss_now)) is not None:
+            return again
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
@@ -484,8 +490,8 @@ class TuningManager:
                             f"{budget}")
 
     def _suggest(self, run: SegmentRun):
-        """The GP's suggestion at the job's loss trend, and the iterations left there; or a Decision to stay
-        when there is nothing to suggest."""
+        """The GP's suggestion at the job's loss trend, the iterations left there and that loss; or a Decision
+        to stay when there is nothing to suggest."""
         current = self.current
         if self.optimizer is None:
             return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
@@ -507,7 +513,21 @@ class TuningManager:
                                             iterations_left=iterations_left, speed=speed,
                                             refit=self.overhead.refit_due(self.elapsed_s) and not self._refitted)
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
-        return suggestion, iterations_left
+        return suggestion, iterations_left, loss_now
+
+    def _recheck(self, iterations_left: float, loss: float) -> Decision | None:
+        """A switch to measure again a setting that may now beat the current one (:class:`Survey`), or None."""
+        speeds, names = self.speeds(), speed_names(self.space)
+        parts = partial(switch_parts, self.space.knobs, self.current)
+        found = self.survey.next(self.triples, self.current, iterations_left,
+                                 lambda s: speeds.at(speed_key(s, names), loss).value,
+                                 lambda s: self.costs.estimate(parts(s)), self.exploration_left(),
+                                 lambda s: self.space.fits(s) and not self.left_recently(s))
+        if found is None:
+            return None
+        self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
+        return Decision("online", self.current, found.setting, True, found.reason,
+                        cost_s=self.costs.estimate(parts(found.setting)), parts=tuple(sorted(parts(found.setting))))
 
     def left_recently(self, setting: dict[str, Any]) -> bool:
         """Whether the job left ``setting`` within the last :data:`RECENT_DECISIONS` decisions for one the GP
@@ -524,14 +544,9 @@ class TuningManager:
 
     # -- the exploration budget ------------------------------------------------
 
-    @property
-    def exploration_spent_s(self) -> float:
-        return self.budget.spent_s
-
     def exploration_left(self) -> float | None:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
-        usable = [t for t in self.triples if t.usable and t.source is None]
-        return self.budget.left(self.elapsed_s + (usable[-1].remaining_s if usable else 0.0))
+        return self.budget.left(self.elapsed_s + (latest_remaining_s(self.triples) or 0.0))
 
     def best_per_iteration_s(self) -> float | None:
         """The lowest mean time per iteration of any setting seen (:func:`~tfonline.tuner.budget.best_time`)."""

@@ -1,0 +1,78 @@
+"""The survey that measures settings again once the current one is seen to change (tfonline.tuner.recheck)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tfonline.tuner import Triple
+from tfonline.tuner.recheck import MOST_RECHECKS, SURPRISE, Survey, stint_change
+
+pytestmark = pytest.mark.fast
+
+# The worker count's times of the simulated job whose fastest count moves halfway (NOTES.md), in ms.
+EARLY = {1: 20.0, 2: 11.0, 3: 9.0, 4: 8.0}
+
+
+def measured(workers: int, ms: float) -> Triple:
+    return Triple({"worker": workers}, 0.5, ms / 1000, 1000.0, ms)
+
+
+def before_the_change() -> list[Triple]:
+    """Each worker count measured once, then a stint on 4 workers whose latest segment is 75% slower."""
+    return [measured(w, ms) for w, ms in EARLY.items()] + [measured(4, 8.1), measured(4, 8.0), measured(4, 14.0)]
+
+
+def ask(survey: Survey, triples: list[Triple], current: int, left: float | None = None, cost: float = 0.1,
+        allowed=lambda s: True):
+    return survey.next(triples, {"worker": current}, 10_000, lambda s: 1.0, lambda s: cost, left, allowed)
+
+
+def test_a_stint_that_slows_past_the_surprise_is_a_change_and_one_that_does_not_is_not():
+    assert stint_change(before_the_change(), {"worker": 4}) == pytest.approx((0.008, 0.014))
+    steady = before_the_change()[:-1] + [measured(4, 8.0 * (1 + SURPRISE) * 0.99)]
+    assert stint_change(steady, {"worker": 4}) is None
+    alone = [measured(w, ms) for w, ms in EARLY.items()] + [measured(4, 14.0)]
+    assert stint_change(alone, {"worker": 4}) is None  # one earlier segment in the stint: too few to judge
+
+
+def test_a_survey_measures_again_each_setting_that_may_now_win_while_the_measured_ones_moved_too():
+    """4 workers slowed 8 -> 14 ms. 3 workers (9 ms before) is measured again first, and has moved (11 ms); then
+    2 workers (11 ms before: 6.3 ms if it moved as much, the other way), which has (8 ms); 1 worker (20 ms) could
+    not beat 8 ms even then, and the survey ends."""
+    survey, triples = Survey(), before_the_change()
+    first = ask(survey, triples, 4)
+    assert first.setting == {"worker": 3} and "rose from 0.008 s to 0.014 s" in first.reason
+    triples.append(measured(3, 11.0))
+    second = ask(survey, triples, 3)
+    assert second.setting == {"worker": 2} and "moved too, from 0.009 s to 0.011 s" in second.reason
+    triples.append(measured(2, 8.0))
+    assert ask(survey, triples, 2) is None and survey.since is None
+    triples.append(measured(2, 8.0))
+    assert ask(survey, triples, 2) is None  # no new survey: the stint on 2 workers has not slowed
+
+
+def test_a_survey_ends_at_the_first_setting_measured_again_that_has_not_moved():
+    survey, triples = Survey(), before_the_change()
+    assert ask(survey, triples, 4).setting == {"worker": 3}
+    triples.append(measured(3, 9.3))  # within the surprise of its 9 ms: only 4 workers changed
+    assert ask(survey, triples, 3) is None and survey.since is None
+
+
+def test_a_survey_measures_nothing_the_budget_or_the_nodes_do_not_allow_nor_what_cannot_pay():
+    assert ask(Survey(), before_the_change(), 4, left=0.05) is None  # the switch costs 0.1 s
+    assert ask(Survey(), before_the_change(), 4, allowed=lambda s: False) is None
+    assert ask(Survey(), before_the_change(), 4, allowed=lambda s: s["worker"] == 1).setting == {"worker": 1}
+    assert ask(Survey(), before_the_change(), 4, cost=100.0) is None  # more than 10,000 iterations could gain
+    only_two = ask(Survey(), before_the_change(), 4, allowed=lambda s: s["worker"] != 3)
+    assert only_two.setting == {"worker": 2}
+
+
+def test_a_survey_measures_at_most_its_limit_of_settings():
+    times = {w: 10.0 + w for w in range(1, 8)}
+    triples = [measured(w, ms) for w, ms in times.items()] + [measured(8, 9.0), measured(8, 9.0), measured(8, 30.0)]
+    survey, asked, current = Survey(), [], 8
+    while (found := ask(survey, triples, current)) is not None:
+        asked.append(found.setting["worker"])
+        current = found.setting["worker"]
+        triples.append(measured(current, times[current] * 2))  # each moved: slower by half
+    assert asked == [1, 2, 3][:MOST_RECHECKS] and len(asked) == MOST_RECHECKS

@@ -1,0 +1,147 @@
+"""Measuring settings again when the current one is seen to change: what keeps the online phase from freezing.
+
+When the current setting's time per iteration rises late in a job, the GP
+can explain the rise two ways: a change common to every setting (its loss
+kernel: "the job got slower") or a change of the current setting alone (the
+setting-by-loss kernel). Only the current setting has been measured lately,
+so its data cannot tell the two apart, and a fit that takes the first way
+predicts every other setting slower by as much: the job stays where it is,
+though another setting may now be faster. On the simulated job whose best
+worker count moves from 4 to 2 halfway (NOTES.md), one seed in four stayed
+on a setting 1.25-1.38x the new best to the end.
+
+So a change of the current setting within its own stint is read as what it
+is, evidence that the settings' times moved, and the settings that may now
+beat it are measured again (a *survey*):
+
+- It starts when the stint's latest segment ran its iterations more than
+  :data:`SURPRISE` slower than the stint's earlier segments did (their
+  median; at least :data:`EARLIER_SEGMENTS` of them).
+- Each step measures again the setting, last measured before the change,
+  that finishes soonest by its old time (its time per iteration over its
+  convergence speed) divided by the largest change seen so far: the best
+  it may do now if it moved as much, the other way. It is measured only
+  if that beats the best setting measured since the change, and the gain
+  over the iterations left pays for the switch.
+- The survey goes on while each re-measured setting has moved by more
+  than :data:`SURPRISE` too (then old times cannot be trusted), for at most
+  :data:`MOST_RECHECKS` settings; it ends at the first that has not moved,
+  or when none may beat the best measured since. The GP then decides on
+  late measurements of each.
+
+On a stationary job the survey never starts unless the machine itself slows
+by more than :data:`SURPRISE` within a stint (measured here: episodes of
+5-12% over 3-10 s, README "The simulator"); then it costs a few segments at
+most, each charged to the exploration budget.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from tfonline.setting import setting_key
+
+# The rise of a stint's latest segment over its earlier ones that marks a change of its setting: three times the
+# timing's precision (tfonline.timing.TIMING_PRECISION), above this machine's measured drift of 5-12% in episodes.
+SURPRISE = 0.15
+# The stint's earlier segments that make its "before".
+EARLIER_SEGMENTS = 2
+# Settings measured again in one survey, at most.
+MOST_RECHECKS = 3
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """A setting to measure again, and why."""
+
+    setting: dict[str, Any]
+    reason: str
+
+
+def stint_change(triples: Sequence, current: dict[str, Any]) -> tuple[float, float] | None:
+    """The current setting's time per iteration before and now, when the latest of its stint's segments (this
+    job's consecutive triples of it) ran more than :data:`SURPRISE` slower than the earlier ones; else None."""
+    key, stint = setting_key(current), []
+    for triple in reversed(_timed(triples)):
+        if setting_key(triple.setting) != key:
+            break
+        stint.append(triple.per_iteration_s)
+    if len(stint) < EARLIER_SEGMENTS + 1:
+        return None
+    now, before = stint[0], statistics.median(stint[1:])
+    return (before, now) if now > before * (1 + SURPRISE) else None
+
+
+def _timed(triples: Sequence) -> list:
+    return [t for t in triples if t.source is None and t.per_iteration_s is not None]
+
+
+class Survey:
+    """The survey's state across decisions (see the module's docstring)."""
+
+    def __init__(self):
+        self.since: int | None = None  # the triples from this index on were measured after the change
+        self.moved = 1.0  # the largest factor by which a setting's time per iteration was seen to move
+        self.rechecked = 0
+
+    def next(self, triples: Sequence, current: dict[str, Any], iterations_left: float,
+             speed: Callable[[dict[str, Any]], float], cost: Callable[[dict[str, Any]], float],
+             left: float | None, allowed: Callable[[dict[str, Any]], bool]) -> Recheck | None:
+        """The setting to measure next, or None (no survey, or it ended). Call it once per decision, after the
+        decision's triple is in ``triples``.
+
+        ``speed``: a setting's convergence speed ρ̃ at today's loss; ``cost``: its switch's estimated cost,
+        which the exploration budget ``left`` must cover (None: no budget); ``allowed``: whether the job may
+        switch to it (it fits the nodes alive and was not left recently).
+        """
+        if self.since is None:
+            change = stint_change(triples, current)
+            if change is None:
+                return None
+            self.since, self.moved, self.rechecked = len(triples) - 1, change[1] / change[0], 0
+            why = f"its time per iteration rose from {change[0]:.3g} s to {change[1]:.3g} s within its stint"
+        else:
+            why = self._went_on(triples)
+            if why is None:
+                return self.end()
+        return self._candidate(triples, iterations_left, speed, cost, left, allowed, why)
+
+    def end(self) -> None:
+        self.since = None
+        return None
+
+    def _went_on(self, triples: Sequence) -> str | None:
+        """Why the survey goes on after its latest re-check (that setting moved too), or None (it ends)."""
+        latest, before = triples[-1], _timed(triples[:self.since])
+        old = [t.per_iteration_s for t in before if setting_key(t.setting) == setting_key(latest.setting)]
+        if self.rechecked >= MOST_RECHECKS or latest.per_iteration_s is None or not old:
+            return None
+        moved = max(latest.per_iteration_s / old[-1], old[-1] / latest.per_iteration_s)
+        if moved <= 1 + SURPRISE:
+            return None
+        self.moved = max(self.moved, moved)
+        return f"the setting measured again moved too, from {old[-1]:.3g} s to {latest.per_iteration_s:.3g} s"
+
+    def _candidate(self, triples, iterations_left, speed, cost, left, allowed, why: str) -> Recheck | None:
+        after, before = _timed(triples[self.since:]), _timed(triples[:self.since])
+        best_now = min(t.per_iteration_s / speed(t.setting) for t in after)
+        measured = {setting_key(t.setting) for t in after}
+        latest = {setting_key(t.setting): t for t in before}
+        found = None
+        for key, triple in latest.items():
+            hope = triple.per_iteration_s / speed(triple.setting) / self.moved
+            if key in measured or not allowed(triple.setting) or not hope < best_now:
+                continue
+            price = cost(triple.setting)
+            if (best_now - hope) * iterations_left > price and (left is None or price <= left) \
+                    and (found is None or hope < found[0]):
+                found = (hope, triple)
+        if found is None:
+            return self.end()
+        self.rechecked += 1
+        return Recheck(dict(found[1].setting),
+                       f"measure again a setting that may now be faster: {why}; {found[1].setting} ran "
+                       f"{found[1].per_iteration_s:.3g} s per iteration before the change (measured again: "
+                       f"{self.rechecked} of at most {MOST_RECHECKS})")
