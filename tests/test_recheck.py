@@ -33,6 +33,8 @@ def test_a_stint_that_slows_past_the_surprise_is_a_change_and_one_that_does_not_
     assert stint_change(steady, {"worker": 4}) is None
     alone = [measured(w, ms) for w, ms in EARLY.items()] + [measured(4, 14.0)]
     assert stint_change(alone, {"worker": 4}) is None  # one earlier segment in the stint: too few to judge
+    untimed = before_the_change() + [Triple({"worker": 4}, 0.5, None, None, None, "fewer than 3 timed iterations")]
+    assert stint_change(untimed, {"worker": 4}) is None and ask(Survey(), untimed, 4) is None
 
 
 def test_a_survey_measures_again_each_setting_that_may_now_win_while_the_measured_ones_moved_too():

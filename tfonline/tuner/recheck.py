@@ -62,7 +62,10 @@ class Recheck:
 
 def stint_change(triples: Sequence, current: dict[str, Any]) -> tuple[float, float] | None:
     """The current setting's time per iteration before and now, when the latest of its stint's segments (this
-    job's consecutive triples of it) ran more than :data:`SURPRISE` slower than the earlier ones; else None."""
+    job's consecutive triples of it) ran more than :data:`SURPRISE` slower than the earlier ones; else None (also
+    when the latest segment was not timed)."""
+    if not triples or triples[-1].per_iteration_s is None or triples[-1].source is not None:
+        return None
     key, stint = setting_key(current), []
     for triple in reversed(_timed(triples)):
         if setting_key(triple.setting) != key:
