@@ -526,8 +526,8 @@ class TuningManager:
         if found is None:
             return None
         self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
-        return Decision("online", self.current, found.setting, True, found.reason,
-                        cost_s=self.costs.estimate(parts(found.setting)), parts=tuple(sorted(parts(found.setting))))
+        return Decision("online", self.current, found.setting, True, found.reason, cost_s=found.cost_s,
+                        parts=tuple(sorted(parts(found.setting))))
 
     def left_recently(self, setting: dict[str, Any]) -> bool:
         """Whether the job left ``setting`` within the last :data:`RECENT_DECISIONS` decisions for one the GP

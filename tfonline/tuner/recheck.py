@@ -54,9 +54,10 @@ MOST_RECHECKS = 3
 
 @dataclass(frozen=True)
 class Recheck:
-    """A setting to measure again, and why."""
+    """A setting to measure again, its switch's estimated cost, and why."""
 
     setting: dict[str, Any]
+    cost_s: float
     reason: str
 
 
@@ -140,11 +141,11 @@ class Survey:
             price = cost(triple.setting)
             if (best_now - hope) * iterations_left > price and (left is None or price <= left) \
                     and (found is None or hope < found[0]):
-                found = (hope, triple)
+                found = (hope, triple, price)
         if found is None:
             return self.end()
         self.rechecked += 1
-        return Recheck(dict(found[1].setting),
+        return Recheck(dict(found[1].setting), found[2],
                        f"measure again a setting that may now be faster: {why}; {found[1].setting} ran "
                        f"{found[1].per_iteration_s:.3g} s per iteration before the change (measured again: "
                        f"{self.rechecked} of at most {MOST_RECHECKS})")
