@@ -8,7 +8,7 @@ node at once for new thread pools (what a tuner switch of the thread knobs
 does), then restarts one node, ``--repeats`` times, and prints the median
 wall times and the ratio of one process per node to the fork server. A
 given cluster's "start" is its nodes' start, each a ``tfonline node``
-process; its restarts go through :meth:`ExistingCluster.set_threads_of`,
+process; its restarts go through :meth:`tfonline.given_cluster.ExistingCluster.set_threads_of`,
 as a job's switch does.
 """
 
@@ -21,7 +21,8 @@ import subprocess
 import sys
 import time
 
-from tfonline.cluster import ExistingCluster, LocalCluster, NodeThreads, free_port
+from tfonline.cluster import LocalCluster, NodeThreads, free_port
+from tfonline.given_cluster import ExistingCluster
 
 
 def measure(fork_server: bool, nodes: int, repeats: int) -> dict[str, float]:

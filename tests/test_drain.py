@@ -16,8 +16,9 @@ from jobs import CounterJob
 
 from tfonline import _control
 from tfonline.cli import main
-from tfonline.cluster import ExistingCluster, free_port
+from tfonline.cluster import free_port
 from tfonline.exceptions import ClusterError
+from tfonline.given_cluster import ExistingCluster
 
 
 class LongCounter(CounterJob):

@@ -16,8 +16,9 @@ from conftest import after_iterations
 from jobs import TinyLogR
 
 from tfonline.cli import main
-from tfonline.cluster import JOIN_LOOK_S, free_port
+from tfonline.cluster import free_port
 from tfonline.exceptions import ConfigurationError
+from tfonline.given_cluster import JOIN_LOOK_S
 
 
 def _node(addresses, index):

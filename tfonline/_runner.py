@@ -41,8 +41,9 @@ from tfonline._state import Stop, TrainingState
 from tfonline._switcher import Switcher
 from tfonline._workers import Workers
 from tfonline.checkpoint import default_model_dir
-from tfonline.cluster import Cluster, ExistingCluster, LocalCluster, NodeThreads, check_addresses, default_node_count
+from tfonline.cluster import Cluster, LocalCluster, NodeThreads, check_addresses, default_node_count
 from tfonline.exceptions import ClusterError, ConfigurationError, TfOnlineError
+from tfonline.given_cluster import ExistingCluster
 from tfonline.placement import DEFAULT_PARTITION_MIN_BYTES, balanced_placement
 from tfonline.reconfig.tensorflow import TensorFlowReconfig
 from tfonline.repository import Repository
