@@ -15,6 +15,7 @@ from conftest import node_processes
 from jobs import TinyLogR
 from test_security import listening
 
+from tfonline import given_cluster
 from tfonline.cli import main
 from tfonline.cluster import free_port
 from tfonline.exceptions import ConfigurationError
@@ -146,8 +147,9 @@ def test_two_drivers_on_one_new_repository_both_finish_with_every_row(tmp_path):
         assert steps == list(range(1, n + 1))
 
 
-def test_job_on_nodes_started_by_tfonline_node(db_path):
+def test_job_on_nodes_started_by_tfonline_node(db_path, monkeypatch):
     addresses = [f"127.0.0.1:{free_port()}" for _ in range(2)]
+    monkeypatch.setattr(given_cluster, "PUBLISH_GRACE_S", 1.0)  # both have said they serve: node 1 will not publish
     # Loopback by default, and when asked; node 1 keeps its thread pools, so the cluster's stay fixed.
     bind = [[], ["--bind", "127.0.0.1", "--fixed-threads"]]
     nodes = [
