@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import re
+import time
 import warnings
 
 import numpy as np
@@ -495,7 +496,7 @@ def test_without_a_budget_the_random_phase_runs_all_its_settings():
 def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_share(share):
     """overhead_share: after each decision, the next segment lasts until the tuner's time so far is within the
     share of the job's (deciding takes at most that share of the job, give or take the latest decision); None
-    leaves only min_segment_s (0 here)."""
+    leaves only min_segment_s (0 here). A random setting's segment is not stretched so (the next test)."""
     space = sim.space()
     manager = sim.make_manager(space, 0, overhead_share=share)
     job = sim.SimulatedJob(0)
@@ -503,7 +504,35 @@ def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_sha
         (decision,) = job.drive(manager, 1)
         assert decision.overhead_s > 0
         expected = 0.0 if share is None else max(0.0, manager.overhead_s / share - manager.elapsed_s)
-        assert manager.segment_seconds() == pytest.approx(expected)
+        assert manager.segment_seconds() == pytest.approx(0.0 if manager.lengths.timing.random else expected)
+
+
+def test_a_random_settings_segment_is_not_stretched_when_a_fit_takes_the_tuner_over_its_share():
+    """The random phase prices its draws with the GP once the share pays for a fit at the guessed cost
+    (FIRST_FIT_S); a fit that costs more (1 s of CPU here) takes the tuner over its share. The random setting's
+    segment still ends once timed: the next random decisions fit no more until the share pays, and the first
+    online segment lasts until the tuner is within its share again."""
+    space = sim.space()
+    share = 0.1
+    manager = sim.make_manager(space, 0, overhead_share=share)
+    fit = manager.optimizer.fit
+
+    def costly_fit(*args, **kwargs):
+        started = time.thread_time()
+        while time.thread_time() - started < 1.0:
+            pass
+        return fit(*args, **kwargs)
+
+    manager.optimizer.fit = costly_fit
+    job, over_share = sim.SimulatedJob(0), []
+    for _ in range(11):
+        (decision,) = job.drive(manager, 1)
+        over = manager.overhead_s / share - manager.elapsed_s
+        if decision.phase == "random":
+            assert manager.segment_seconds() == 0.0  # min_segment_s is 0 here
+            over_share.append(over > 0)
+    assert decision.phase == "online" and manager.segment_seconds() == pytest.approx(max(0.0, over))
+    assert any(over_share) and sum(over_share) < len(over_share)  # over its share after the fit, then back
 
 
 def test_decisions_refit_the_gp_as_often_as_the_overhead_share_pays_for():

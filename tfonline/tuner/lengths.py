@@ -19,8 +19,8 @@ class SegmentLengths:
     """The current segment's length: ``initial_iterations`` for the first; then ``segment_iterations`` (None:
     3 × the setting's workers) and at least ``min_segment_s`` seconds, both times the stretch; a random setting's
     segment, once timing is possible, the iterations that time it (:class:`~tfonline.timing.Timing`, at most
-    ``min_segment_s`` at the latest pace) and no least seconds. Every segment also lasts until the tuner's time
-    so far is within its share (:class:`~tfonline.tuner.budget.OverheadBudget`)."""
+    ``min_segment_s`` at the latest pace) and no least seconds. Every segment but a random setting's also lasts
+    until the tuner's time so far is within its share (:class:`~tfonline.tuner.budget.OverheadBudget`)."""
 
     def __init__(self, initial_iterations: int, segment_iterations: int | None, min_segment_s: float,
                  overhead: OverheadBudget):
@@ -39,9 +39,13 @@ class SegmentLengths:
         return max(length, self.timing.iterations() or 0)
 
     def seconds(self, elapsed_s: float) -> float:
-        """The least duration of the current segment, ``elapsed_s`` into the job."""
+        """The least duration of the current segment, ``elapsed_s`` into the job. A random setting's is not
+        stretched for the overhead's share: the setting was drawn, not chosen, and each second on it may be a
+        second lost (a tuned CNN job ran a random setting 54 s, a fifth of the job, after a first GP fit that
+        took 1.7 s of CPU, not the 0.5 s guessed); the decisions that follow fit the GP only once the share
+        pays for it (:meth:`~tfonline.tuner.budget.OverheadBudget.affords_fit`)."""
         least = self.stretch * self.min_segment_s if self.timing.iterations() is None else 0.0
-        return self.overhead.segment_seconds(least, elapsed_s)
+        return least if self.timing.random else self.overhead.segment_seconds(least, elapsed_s)
 
     def decided(self, switch: bool) -> None:
         """A decision was taken: a switch starts the stretch over, staying doubles it (up to :data:`MAX_STRETCH`)."""
