@@ -40,9 +40,9 @@ class CNN(tfonline.MLJobFramework):
         self.images, self.labels = load_digits(digits, split="train")
         self.test_images, self.test_labels = load_digits(digits, split="test")
 
-    def input_fn(self, shard, num_shards):
+    def input_fn(self, shard, num_shards, skip=None):  # skip: the augmentation of skipped digits is not made
         return digits_dataset(self.images, self.labels, shard, num_shards, batch_size=32, shift=self.shift,
-                              noise=self.noise)
+                              noise=self.noise, skip=skip)
 
     def eval_input_fn(self):
         return evaluation_dataset(self.test_images, self.test_labels)

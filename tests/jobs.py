@@ -81,6 +81,20 @@ class CountdownJob(tfonline.MLJobFramework):
         return tf.compat.v1.train.GradientDescentOptimizer(0.1)
 
 
+class SkippingCountdownJob(CountdownJob):
+    """A countdown whose ``input_fn`` skips batches itself (``skip``, see tfonline.MLJobFramework); ``given``
+    counts the input iterators it was asked for with a skip."""
+
+    given = 0
+
+    def input_fn(self, shard, num_shards, skip=None):
+        dataset = tf.data.Dataset.range(self.start, 0, -1).shard(num_shards, shard)
+        if skip is not None:
+            self.given += 1
+            dataset = dataset.skip(skip)
+        return dataset.map(lambda i: (tf.cast(tf.reshape(i, [1]), tf.float32), tf.zeros([1])))
+
+
 class CounterJob(tfonline.MLJobFramework):
     """Every push adds exactly 1 to every parameter: the loss is 1000 − mean(parameters), SGD at rate ``size``.
 

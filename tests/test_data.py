@@ -151,3 +151,19 @@ def test_teacher_data_refuses_one_class():
 def test_unknown_digits():
     with pytest.raises(ConfigurationError, match="source must be 'mnist' or 'sklearn', got 'emnist'"):
         load_digits("emnist")
+
+
+def test_digits_and_libsvm_skip_batches_before_they_make_them(tmp_path):
+    """An input_fn's ``skip`` (tfonline.MLJobFramework): the data skipped by k batches starts at batch k of the
+    whole. The labels show the digits' order: skipping 3 batches gives batches 3 and 4, augmented or not."""
+    images, labels = load_digits("sklearn")
+    whole = [y for _, y in _batches(digits_dataset(images, labels, 0, 2, batch_size=16), 5)]
+    skip = tf.constant(3, tf.int64)  # as tfonline gives it
+    skipped = [y for _, y in _batches(digits_dataset(images, labels, 0, 2, batch_size=16, skip=skip), 2)]
+    assert [list(y) for y in skipped] == [list(y) for y in whole[3:5]]
+    augmented = _batches(digits_dataset(images, labels, 0, 2, batch_size=16, shift=2, noise=0.3, skip=3), 2)
+    assert [list(y) for _, y in augmented] == [list(y) for y in whole[3:5]]  # the same digits, augmented
+    path = str(tmp_path / "t.libsvm")
+    write_libsvm(path, np.arange(30).reshape(30, 1), np.ones((30, 1)), np.ones(30))
+    ds = libsvm_dataset(path, 1, 3, num_features=100, max_nnz=1, batch_size=2, repeat=False, skip=2)
+    assert [int(i) for b in _batches(ds, 10) for i in b[0][0][:, 0]] == [13, 16, 19, 22, 25, 28]

@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 import pytest
 from conftest import node_processes
-from jobs import CounterJob, CountdownJob, QuadraticJob, SlowerLogR, TinyLogR
+from jobs import CounterJob, CountdownJob, QuadraticJob, SkippingCountdownJob, SlowerLogR, TinyLogR
 
 from tfonline.cluster import LocalCluster, NodeThreads
 from tfonline.exceptions import ConfigurationError
@@ -110,6 +110,24 @@ def test_after_a_switch_each_worker_reads_on_where_it_stopped(cluster, db_path, 
     assert len(techniques) >= 3 and set(techniques) == {technique}
     rows = conn.execute("select step, loss from iterations order by step").fetchall()
     assert [loss for _, loss in rows] == [1000 - step + 1 for step, _ in rows]  # no batch read twice, none skipped
+
+
+def test_an_input_fn_that_takes_skip_skips_for_tfonline(cluster, db_path):
+    """The countdown, its input_fn skipping itself (as it would before a costly map): each layout switch opens
+    new input iterators from the batches read so far; they are given the skip, and tfonline skips nothing more
+    (no batch read twice; a live switch passes over the batches of steps the old worker started, as it does
+    with tfonline's own skip: README, TDR)."""
+    job = SkippingCountdownJob(200)
+    result = job.run(setting={"ps": 1, "worker": 1}, db=db_path, cluster=cluster, quiet=True,
+                     schedule=[(40, {"ps": 2}), (80, {"ps": 1})])
+    assert result.status == "converged", result.stop_reason
+    conn = sqlite3.connect(db_path)
+    made = [s for (s,) in conn.execute("select step from reconfigurations order by step")]
+    assert len(made) == 2 and 40 <= made[0] < 80 <= made[1] < 150  # live: a few steps after the scheduled ones
+    assert job.given == 2  # a graph per layout (the first is used again when the job goes back to it)
+    losses = [loss for (loss,) in conn.execute("select loss from iterations order by step")]
+    drops = [a - b for a, b in zip(losses, losses[1:])]
+    assert losses[0] == 200 and len(losses) > 150 and min(drops) == 1 and sum(drops) - len(drops) <= 2
 
 
 @pytest.fixture(scope="module")

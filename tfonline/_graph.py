@@ -17,6 +17,7 @@ can be dropped from long-lived servers without touching other jobs.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import math
 import warnings
@@ -166,11 +167,20 @@ def without_autotune(dataset):
     return dataset.with_options(options)
 
 
+def takes_skip(job) -> bool:
+    """Whether the job's ``input_fn`` skips batches itself: it has a ``skip`` parameter (see
+    :class:`tfonline.MLJobFramework`)."""
+    return "skip" in inspect.signature(job.input_fn).parameters
+
+
 def input_iterator(job, shard: int, num_shards: int, shared_name: str | None = None, skip=None):
     """Shard ``shard`` of ``num_shards`` of the job's input, from ``skip`` batches on: (iterator, features,
-    labels)."""
-    dataset = without_autotune(check_dataset(job.input_fn(shard, num_shards), "input_fn"))
-    if skip is not None:
+    labels). An ``input_fn`` that takes ``skip`` is given it, and skips where it is cheap (before a costly
+    ``map``: tf.data's own skip of the finished dataset makes every skipped batch)."""
+    itself = skip is not None and takes_skip(job)
+    made = job.input_fn(shard, num_shards, skip=skip) if itself else job.input_fn(shard, num_shards)
+    dataset = without_autotune(check_dataset(made, "input_fn"))
+    if skip is not None and not itself:
         dataset = dataset.skip(skip)
     # A shared name keeps the iterator, and its position, on the worker's
     # server across sessions: a session reopened with a new ConfigProto

@@ -126,13 +126,15 @@ def libsvm_dataset(
     batch_size: int = 64,
     labels: str = "01",
     repeat: bool = True,
+    skip=None,
 ) -> tf.data.Dataset:
     """Reads a libsvm-format text file: ``label idx:value idx:value ...``.
 
     Indices are 1-based as in LIBSVM and become 0-based, then taken modulo
     ``num_features`` (so a file with more features is hashed, not rejected).
     Rows with more than ``max_nnz`` features keep their first ``max_nnz``.
-    Worker ``shard`` reads lines ``shard, shard + num_shards, ...``.
+    Worker ``shard`` reads lines ``shard, shard + num_shards, ...``, from its
+    batch ``skip`` on (an ``input_fn``'s ``skip``: the lines skipped are not parsed).
 
     Args:
         labels: ``"01"`` maps labels to {0, 1} (anything > 0 is 1), ``"pm1"``
@@ -144,6 +146,8 @@ def libsvm_dataset(
     lines = lines.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
     if repeat:
         lines = lines.repeat()
+    if skip is not None:
+        lines = lines.skip(tf.cast(skip, tf.int64) * batch_size)
 
     def parse(batch):
         parts = tf.strings.split(tf.strings.strip(batch), " ")
@@ -210,9 +214,10 @@ def evaluation_dataset(images: np.ndarray, labels: np.ndarray, batch_size: int =
 
 def digits_dataset(
     images: np.ndarray, labels: np.ndarray, shard: int, num_shards: int, *, batch_size: int = 32, seed: int = 0,
-    shift: int = 0, noise: float = 0.0,
+    shift: int = 0, noise: float = 0.0, skip=None,
 ) -> tf.data.Dataset:
-    """Shuffled, repeated batches of this worker's share of ``images``.
+    """Shuffled, repeated batches of this worker's share of ``images``, from batch ``skip`` on (an ``input_fn``'s
+    ``skip``, see :class:`tfonline.MLJobFramework`: the images skipped are neither shifted nor noised).
 
     The images travel in the graph as uint8 constants and become floats in
     [0, 1] on the worker. ``shift`` > 0 moves each image by up to that many
@@ -225,6 +230,8 @@ def digits_dataset(
         raise ConfigurationError(f"shift and noise must be >= 0, got shift={shift!r}, noise={noise!r}")
     ds = tf.data.Dataset.from_tensor_slices((images, labels)).shard(num_shards, shard)
     ds = ds.shuffle(len(images) // num_shards + 1, seed=seed, reshuffle_each_iteration=True).repeat()
+    if skip is not None:
+        ds = ds.skip(tf.cast(skip, tf.int64) * batch_size)
     if not (shift or noise):  # whole batches become floats: one op per batch
         return ds.batch(batch_size).map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y))
     side, channels = images.shape[1], images.shape[3]

@@ -35,7 +35,13 @@ class MLJobFramework:
     - ``input_fn(shard, num_shards)`` returns a ``tf.data.Dataset`` of
       ``(features, labels)`` batches: this worker's shard of the data. It
       runs on the worker's node, so it must be built from TensorFlow ops
-      (files, tensors, ``tf.random``), not from Python generators.
+      (files, tensors, ``tf.random``), not from Python generators. After a
+      switch each worker skips its share of the batches the job has read;
+      tf.data makes every batch it skips, so an ``input_fn`` whose batches
+      cost time to make (augmentation, parsing) may take a third parameter,
+      ``skip`` (None, or a scalar int64 tensor: how many of its batches to
+      skip), and skip before that work: ``input_fn(shard, num_shards,
+      skip=None)``. tfonline then skips nothing itself.
     - ``model_fn(features, labels)`` builds the model and returns a scalar
       float loss tensor. Variables may be created with
       ``tf.compat.v1.get_variable`` (large ones are then partitioned across
