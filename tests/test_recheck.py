@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfonline.tuner import Triple
-from tfonline.tuner.recheck import MOST_RECHECKS, SURPRISE, Survey, stint_change
+from tfonline.tuner.recheck import MOST_RECHECKS, SURPRISE, Survey, measured_way_out, stint_change
 
 pytestmark = pytest.mark.fast
 
@@ -78,3 +78,38 @@ def test_a_survey_measures_at_most_its_limit_of_settings():
         current = found.setting["worker"]
         triples.append(measured(current, times[current] * 2))  # each moved: slower by half
     assert asked == [1, 2, 3][:MOST_RECHECKS] and len(asked) == MOST_RECHECKS
+
+
+# The CNN job that stayed on its last random setting (NOTES.md, twenty-eighth session): settings measured in the
+# random phase, by worker count and time per iteration in ms, the last one the random setting the job is on.
+RANDOM_PHASE = [(1, 125.0), (2, 72.0), (2, 66.0), (2, 69.0), (3, 70.0), (2, 72.5), (1, 104.0)]
+
+
+def way_out(triples, iterations_left=2000.0, speed=lambda s: 1.0, cost=1.0, allowed=lambda s: True):
+    return measured_way_out(triples, triples[-1].setting, iterations_left, speed, lambda s: cost, allowed)
+
+
+def random_phase() -> list[Triple]:
+    return [Triple({"worker": w, "n": i}, 0.5, ms / 1000, 1000.0, ms) for i, (w, ms) in enumerate(RANDOM_PHASE)]
+
+
+def test_a_random_setting_measured_slower_than_the_best_seen_by_more_than_the_surprise_is_left_for_it():
+    out = way_out(random_phase())
+    assert out.setting == {"worker": 2, "n": 2} and out.cost_s == 1.0
+    assert out.reason.startswith("leave the random setting: by measurement, the best setting seen finishes 76 s "
+                                 "sooner (0.066 s per iteration of the job's curve, against 0.104 s here)")
+    # a setting the job may not take (left recently, or it does not fit the nodes) is passed over
+    assert way_out(random_phase(), allowed=lambda s: s.get("n") != 2).setting == {"worker": 2, "n": 3}
+
+
+def test_a_random_setting_is_kept_when_it_is_within_the_surprise_or_the_gain_does_not_pay():
+    close = random_phase()[:-1] + [Triple({"worker": 1}, 0.5, 0.066 * (1 + SURPRISE) * 0.99, 1000.0, 1.0)]
+    assert way_out(close) is None
+    assert way_out(random_phase(), iterations_left=26.0) is None  # 26 x 38 ms = 0.99 s, under the 1-s switch
+    assert way_out(random_phase(), iterations_left=27.0) is not None
+
+
+def test_the_way_out_counts_each_settings_convergence_speed():
+    """One worker needs half the iterations here (speed 2): 104 ms per iteration is 52 ms of the job's curve,
+    faster than the others' 66 ms."""
+    assert way_out(random_phase(), speed=lambda s: 2.0 if s["worker"] == 1 else 1.0) is None

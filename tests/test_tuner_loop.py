@@ -8,6 +8,7 @@ import random
 import re
 import time
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ import simulated as sim
 from tfonline.estimator import get_estimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
+from tfonline.setting import setting_key
 from tfonline.tuner import Triple, load_triples
 from tfonline.tuner import _gpyopt
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
@@ -858,3 +860,32 @@ def test_a_random_draw_priced_by_a_gp_that_predicts_no_time_is_priced_at_its_who
     assert shares[0] == 1.0
     assert shares[1:] == [max(0.0, 1.0 - best / t) if t > 0 else 1.0 for t in seconds[1:]]
     assert all(0.0 <= share <= 1.0 for share in shares)
+
+
+def test_a_flat_gp_leaves_a_slow_random_setting_for_the_best_one_measured():
+    """A GP fit that predicts no difference anywhere (as a tuned CNN job's one fit did: NOTES.md, twenty-eighth
+    session): here the real GP's suggestions with every gain and EI set to 0, and every confidence to 50%. The
+    job leaves the last random setting, measured slower than the best seen, for that one, by measurement; and
+    then stays, as nothing is predicted to pay."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0, 0.305)
+    suggest = manager.optimizer.suggest
+
+    def flat(*args, **kwargs):
+        real = suggest(*args, **kwargs)
+
+        def level(prediction):
+            return prediction and replace(prediction, remaining_s=real.current_s, gain_s=0.0, confidence=0.5)
+
+        return replace(real, candidates=[replace(c, expected_improvement_s=0.0, prediction=level(c.prediction))
+                                         for c in real.candidates], best_known=level(real.best_known))
+
+    manager.optimizer.suggest = flat
+    decisions = sim.SimulatedJob(0).drive(manager, 13)
+    last_random, first_online = decisions[9].candidate, decisions[10]
+    per_progress = {setting_key(t.setting): sim.time_per_progress(t.setting) for t in manager.triples}
+    best_seen = min(per_progress, key=per_progress.get)
+    assert per_progress[setting_key(last_random)] > 1.3 * per_progress[best_seen] and len(per_progress) > 5
+    assert first_online.switch and setting_key(first_online.candidate) == best_seen, first_online.reason
+    assert first_online.reason.startswith("leave the random setting: by measurement")
+    assert not any(d.switch for d in decisions[11:])

@@ -27,7 +27,9 @@ Phases:
    When no switch exploits and the current setting's time per iteration
    rose within its stint, the settings that may now beat it are measured
    again first (:mod:`tfonline.tuner.recheck`): the GP alone read such a
-   rise as the whole job slowing, and stayed.
+   rise as the whole job slowing, and stayed. A random setting the job has
+   just measured is left for the best setting seen by the GP's mean, or,
+   when that shows no gain at all (a flat fit), by measured times.
 
 Exploring, in the random phase and online, spends from one budget: a
 fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
@@ -54,8 +56,9 @@ CPU time over the job's elapsed time, 2% by default). Nearly all of a
 decision's cost is fitting the GP's hyperparameters, so a decision refits
 them only when the share so far pays for one more fit; the others condition
 the GP on the new observations with the latest fit's hyperparameters, at a
-tenth of the cost. A segment also lasts until the tuner's time so far is
-back within its share (:class:`~tfonline.tuner.budget.OverheadBudget`).
+tenth of the cost. A segment but a random setting's also lasts until the
+tuner's time so far is back within its share
+(:class:`~tfonline.tuner.budget.OverheadBudget`).
 Before, every decision refitted and the next segment lasted 50 times that
 decision: on the sweep benchmark's CNN jobs, 0.6-2.4 s of CPU per decision
 made segments of 30-120 s, and a 5-minute job decided 5 times, one of them
@@ -85,7 +88,7 @@ from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.lengths import SegmentLengths
-from tfonline.tuner.recheck import Survey
+from tfonline.tuner.recheck import Survey, measured_way_out
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -156,6 +159,12 @@ def _exploits(priced: list[tuple], observed: Sequence[dict[str, Any]]) -> list[t
     return [p for p in priced
             if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)
             and all((name, p[1].setting.get(name)) in levels for name in COMPILING_KNOBS)]
+
+
+def _allowed(space: KnobSpace, left_recently: Callable[[dict[str, Any]], bool], setting: dict[str, Any]) -> bool:
+    """Whether the job may switch to ``setting`` on measured times: it fits the nodes alive, and was not left
+    recently."""
+    return space.fits(setting) and not left_recently(setting)
 
 
 class TuningManager:
@@ -420,18 +429,16 @@ class TuningManager:
           that no decision has judged yet (the random phase waits or has
           ended), the best setting seen needs no confidence, only a mean
           gain above the switch's cost: the random setting was drawn, not
-          chosen, and exploring's price counts the way back (a tuned LogR
-          run stayed its last 19 s on a random setting 40% slower than the
-          best seen, as no switch was "sure to pay").
+          chosen (a tuned LogR run stayed its last 19 s on one 40% slower
+          than the best seen). When the GP's mean shows no gain at all,
+          the measured times decide (:meth:`_by_measurement`).
         - Otherwise a switch *explores* when EI exceeds its price: the
           switch's cost, plus, as likely as the candidate is worse, the time
           its segment would lose (the GP's mean slowdown over one segment)
           and the switch back (:func:`explore_price`). The largest EI −
           price wins, never a setting left recently; the switch is charged,
-          with the time its segment loses, to the exploration budget.
-          Measured on the LogR job, EI against the cost alone made 26 of 28
-          decisions switch, and on an MLP it explored settings the GP's own
-          mean put 8.9 s behind for an EI of 2-3 s (NOTES.md).
+          with the time its segment loses, to the exploration budget (EI
+          against the cost alone switched 26 of 28 times on LogR: NOTES.md).
         """
         current = self.current
         leaving_random, self.lengths.timing.random = self.lengths.timing.random, False
@@ -456,8 +463,8 @@ class TuningManager:
                                 f"{prediction.gain_s:.3g} s faster, more than the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}; {prediction.confidence:.0%} sure, and a random "
                                 f"setting is kept only when predicted best)")
-        if (again := self._recheck(iterations_left, loss_now)) is not None:
-            return again
+        if (measured := self._by_measurement(iterations_left, loss_now, leaving_random)) is not None:
+            return measured
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
@@ -515,17 +522,20 @@ class TuningManager:
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
         return suggestion, iterations_left, loss_now
 
-    def _recheck(self, iterations_left: float, loss: float) -> Decision | None:
-        """A switch to measure again a setting that may now beat the current one (:class:`Survey`), or None."""
+    def _by_measurement(self, iterations_left: float, loss: float, leaving_random: bool) -> Decision | None:
+        """A switch on measured times, or None: off a random setting the GP's mean cannot judge
+        (:func:`measured_way_out`), else to a setting measured again (:class:`Survey`: it explores)."""
         speeds, names = self.speeds(), speed_names(self.space)
         parts = partial(switch_parts, self.space.knobs, self.current)
-        found = self.survey.next(self.triples, self.current, iterations_left,
-                                 lambda s: speeds.at(speed_key(s, names), loss).value,
-                                 lambda s: self.costs.estimate(parts(s)), self.exploration_left(),
-                                 lambda s: self.space.fits(s) and not self.left_recently(s))
+        ask = (self.triples, self.current, iterations_left, lambda s: speeds.at(speed_key(s, names), loss).value,
+               lambda s: self.costs.estimate(parts(s)))
+        allowed = partial(_allowed, self.space, self.left_recently)
+        found = measured_way_out(*ask, allowed) if leaving_random else None
+        self._judged_worse = found is not None
+        if found is None and (found := self.survey.next(*ask, self.exploration_left(), allowed)) is not None:
+            self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
         if found is None:
             return None
-        self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
         return Decision("online", self.current, found.setting, True, found.reason, cost_s=found.cost_s,
                         parts=tuple(sorted(parts(found.setting))))
 
@@ -538,9 +548,8 @@ class TuningManager:
 
     def _switch(self, prediction, parts, cost, ei, reason) -> Decision:
         self._judged_worse = prediction.gain_s > cost
-        candidate = prediction.setting
-        return Decision("online", self.current, candidate, True, reason, expected_improvement_s=ei, cost_s=cost,
-                        parts=tuple(sorted(parts)))
+        return Decision("online", self.current, prediction.setting, True, reason, expected_improvement_s=ei,
+                        cost_s=cost, parts=tuple(sorted(parts)))
 
     # -- the exploration budget ------------------------------------------------
 
