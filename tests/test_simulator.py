@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from simulated import LONG, THETA, small_workload
+from simulated import THETA, small_workload
 
 from tfonline.cli import main
 from tfonline.exceptions import ConfigurationError
@@ -22,6 +22,11 @@ from tfonline.tuner.manager import OVERHEAD_SHARE
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
+# The simulated job of the repository tests: about 18,000 iterations, room for several online decisions even when
+# the first GP fit takes 1.4 s of CPU (measured, in a fresh process), after which the next segment lasts until the
+# tuner is within its 2% share: 70 s of the job's simulated 200 s. At a third of this length (simulated.LONG), a
+# slow first fit left 1-3 online decisions.
+JOB_CURVE = LossCurve(b0=1 / 1200, b1=2.0, b2=0.3)
 QUICK_TUNING = Tuning(initial_iterations=20, random_settings=2, segment_iterations=60, min_segment_s=0,
                       exploration_budget=None, resume=False)
 
@@ -96,7 +101,7 @@ def test_staleness_can_grow_as_the_loss_nears_its_floor_and_fixed_runs_follow_it
 def simulated_db(tmp_path_factory):
     db = str(tmp_path_factory.mktemp("sim") / "runs.db")
     repo = Repository(db)
-    workload = small_workload(curve=LONG)
+    workload = small_workload(curve=JOB_CURVE)
     start = dict(workload.default_setting(), global_jit_level="ON_2")  # a slow start: tuning pays
     tuned = Simulation(workload, repo, start, tuning=QUICK_TUNING, seed=1)
     fixed = Simulation(workload, repo, start, tuning=None, seed=1)
@@ -149,7 +154,7 @@ def test_the_tuners_decisions_take_at_most_their_share_of_the_simulated_job(simu
 
 def test_the_simulated_clock_is_the_models_time_and_fixed_runs_agree_with_the_loop(simulated_db):
     db, tuned, fixed, _ = simulated_db
-    workload = small_workload(curve=LONG)
+    workload = small_workload(curve=JOB_CURVE)
     conn = sqlite3.connect(db)
     knobs = dict(conn.execute("select id, knobs from settings").fetchall())
     # From the first iteration to the last: each setting's iterations at its modelled pace, and the switches.
