@@ -29,7 +29,7 @@ Phases:
    again first (:mod:`tfonline.tuner.recheck`): the GP alone read such a
    rise as the whole job slowing, and stayed. A random setting the job has
    just measured is left for the best setting seen by the GP's mean, or,
-   when that shows no gain at all (a flat fit), by measured times.
+   when that shows no gain worth it (a flat fit), by measured times.
 
 Exploring, in the random phase and online, spends from one budget: a
 fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
@@ -430,7 +430,7 @@ class TuningManager:
           ended), the best setting seen needs no confidence, only a mean
           gain above the switch's cost: the random setting was drawn, not
           chosen (a tuned LogR run stayed its last 19 s on one 40% slower
-          than the best seen). When the GP's mean shows no gain at all,
+          than the best seen). When the GP's mean shows no gain worth it,
           the measured times decide (:meth:`_by_measurement`).
         - Otherwise a switch *explores* when EI exceeds its price: the
           switch's cost, plus, as likely as the candidate is worse, the time

@@ -35,7 +35,7 @@ by more than :data:`SURPRISE` within a stint (measured here: episodes of
 most, each charged to the exploration budget.
 
 Measured times also take the job off a random setting the GP cannot judge
-(:func:`measured_way_out`): when its mean shows no gain anywhere, the best
+(:func:`measured_way_out`): when its mean shows no gain worth a switch, the best
 setting seen by measurement is taken if the random setting is more than
 :data:`SURPRISE` slower by its own segments and the gain pays for the switch.
 """
@@ -159,11 +159,12 @@ class Survey:
 def measured_way_out(triples: Sequence, current: dict[str, Any], iterations_left: float,
                      speed: Callable[[dict[str, Any]], float], cost: Callable[[dict[str, Any]], float],
                      allowed: Callable[[dict[str, Any]], bool]) -> Recheck | None:
-    """Off a random setting by measurement, for when the GP's mean shows no gain (a flat fit): the setting seen
-    that finishes soonest by its measured times (the mean over its segments, over its convergence speed ρ̃),
-    when the current one's is more than :data:`SURPRISE` above it and the gain over the iterations left pays
-    for the switch; else None. (A tuned CNN job stayed its whole online phase on a random setting at 0.104 s per
-    iteration, against 0.066-0.072 for five settings it had measured: its GP's one fit predicted no difference.)"""
+    """Off a random setting by measurement, for when the GP's mean shows no gain worth a switch (a flat fit, or
+    one the random setting's own segments contradict): the setting seen that finishes soonest by its measured
+    times (the mean over its segments, over its convergence speed ρ̃), when the current one's is more than
+    :data:`SURPRISE` above it and the gain over the iterations left pays for the switch; else None. (A tuned CNN
+    job stayed its whole online phase on a random setting at 0.104 s per iteration, against 0.066-0.072 for five
+    settings it had measured: its GP's one fit predicted no difference.)"""
     runs: dict[str, list] = {}
     for triple in _timed(triples):
         runs.setdefault(setting_key(triple.setting), []).append(triple)
