@@ -54,7 +54,8 @@ class ExistingCluster(Cluster):
             published.update({i: _control.read_threads(self.addresses[i], i)
                               for i, pools in published.items() if pools is None})
         self.restartable = all(pools is not None for pools in published.values())
-        for i in (i for i, pools in published.items() if pools is None and any(published.values())):
+        unpublished = [i for i, pools in published.items() if pools is None] if any(published.values()) else []
+        for i in unpublished:
             logger.warning("node %d (%s) cannot restart with new thread pools, as the others can: every node keeps "
                            "the pools it was started with", i, self.addresses[i])
         # The thread knobs' bound: the fewest cores a node offers (`tfonline node --cores`), when all say.
@@ -138,15 +139,12 @@ class ExistingCluster(Cluster):
         for i in list(serving):
             published = _control.read_threads(self.addresses[i], i) if self.restartable else None
             if self.restartable and published is None:
-                first_seen = self._unpublished.setdefault(i, time.monotonic())
-                if time.monotonic() - first_seen < PUBLISH_GRACE_S:  # it may not have published yet
-                    serving.remove(i)
-                    continue
-                logger.warning("node %d (%s) serves but cannot restart with new thread pools, as the others can: "
-                               "the job goes on without it", i, self.addresses[i])
                 serving.remove(i)
-                self.waiting = self.waiting - {i}
-                self.left_out = self.left_out | {i}
+                first_seen = self._unpublished.setdefault(i, time.monotonic())
+                if time.monotonic() - first_seen >= PUBLISH_GRACE_S:  # else it may not have published yet
+                    logger.warning("node %d (%s) serves but cannot restart with new thread pools, as the others "
+                                   "can: the job goes on without it", i, self.addresses[i])
+                    self.waiting, self.left_out = self.waiting - {i}, self.left_out | {i}
                 continue
             self._threads[i] = self._fixed if published is None else NodeThreads(*published)
         self.waiting = self.waiting - set(serving)

@@ -182,6 +182,7 @@ def measured_way_out(triples: Sequence, current: dict[str, Any], iterations_left
     if not now > best * (1 + SURPRISE) or (now - best) * iterations_left <= price:
         return None
     return Recheck(dict(setting), price,
-                   f"leave the random setting: by measurement, the best setting seen finishes {(now - best) * iterations_left:.3g} s sooner "
-                   f"({best:.3g} s per iteration of the job's curve, against {now:.3g} s here), more than the "
+                   f"leave the random setting: by measurement, the best setting seen finishes "
+                   f"{(now - best) * iterations_left:.3g} s sooner ({best:.3g} s per iteration of the job's curve, "
+                   f"against {now:.3g} s here), more than the "
                    f"estimated cost {price:.3g} s; the GP's mean shows no such gain")
