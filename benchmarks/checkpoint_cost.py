@@ -1,9 +1,10 @@
 """What periodic checkpoints cost a job: the benchmark's workloads with and without them, side by side.
 
-    python benchmarks/checkpoint_cost.py [--workloads logr,cnn] [--seconds 30] [--every 5] [--repeats 2]
+    python benchmarks/checkpoint_cost.py [--workloads logr,cnn] [--seconds 30 | --steps N] [--every 5] [--repeats 2]
 
 Each workload (the paper benchmark's sizes, ``benchmarks/workloads.py``)
-trains at TensorFlow's default setting for ``--seconds`` seconds, without
+trains at TensorFlow's default setting for ``--seconds`` seconds from the
+job's start (or ``--steps`` steps, however long its start takes), without
 periodic checkpoints and with one every ``--every`` seconds (and the metrics
 on held-out data at each, for a job that has them: the CNN), in turns
 (ABBA...), on one embedded cluster each. A checkpoint is read from the ps
@@ -36,10 +37,11 @@ from tfonline.job import DEFAULT_CHECKPOINT_EVERY_S  # noqa: E402
 TARGET_SHARE = 0.02
 
 
-def one_run(name: str, db: str, seconds: float, every: float | None) -> dict:
+def one_run(name: str, db: str, seconds: float | None, steps: int | None, every: float | None) -> dict:
     job = workloads.job(name, "quick")
-    job.target_loss = 1e-9  # never reached: every run trains for the same time
-    result = job.run(db=db, quiet=True, max_seconds=seconds, patience=None, checkpoint_every_s=every)
+    job.target_loss = 1e-9  # never reached: every run trains for the same time, or the same steps
+    result = job.run(db=db, quiet=True, max_seconds=seconds, max_steps=steps, patience=None,
+                     checkpoint_every_s=every)
     con = sqlite3.connect(db)
     (first, last, n), = con.execute("select min(wall_time), max(wall_time), count(*) from iterations "
                                     "where job_id = ?", (result.job_id,)).fetchall()
@@ -57,9 +59,12 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default="logr,cnn")
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="train this many steps in each run instead of --seconds from the job's start")
     parser.add_argument("--every", type=float, default=5.0)
     parser.add_argument("--repeats", type=int, default=2)
     args = parser.parse_args(argv)
+    seconds = None if args.steps is not None else args.seconds
     results = {}
     with tempfile.TemporaryDirectory(prefix="tfonline-checkpoint-cost-") as folder:
         for name in args.workloads.split(","):
@@ -68,7 +73,7 @@ def main(argv=None) -> dict:
                 order = (None, args.every) if r % 2 == 0 else (args.every, None)
                 for every in order:
                     runs["with" if every else "without"].append(
-                        one_run(name, os.path.join(folder, f"{name}.db"), args.seconds, every))
+                        one_run(name, os.path.join(folder, f"{name}.db"), seconds, args.steps, every))
             without = statistics.mean(r["per_iteration_s"] for r in runs["without"])
             with_ = statistics.mean(r["per_iteration_s"] for r in runs["with"])
             saved = [r["checkpoint_s"] for r in runs["with"] if r["checkpoint_s"] is not None]
@@ -81,7 +86,8 @@ def main(argv=None) -> dict:
                              # the slowdown comes from the checkpoints: at the default period, this share of it
                              "share_at_default": max(with_ / without - 1, 0.0) * args.every
                              / DEFAULT_CHECKPOINT_EVERY_S}
-    print(f"checkpoints every {args.every:g} s in {args.seconds:g}-s runs, {args.repeats} each way, side by side")
+    runs = f"{args.steps}-step" if args.steps is not None else f"{args.seconds:g}-s"
+    print(f"checkpoints every {args.every:g} s in {runs} runs, {args.repeats} each way, side by side")
     print(f"{'workload':9}{'ms/it without':>14}{'ms/it with':>11}{'slowdown':>10}{'per ckpt s':>11}{'eval s':>8}"
           f"{'at 300 s':>10}   target")
     for name, r in results.items():
