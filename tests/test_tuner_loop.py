@@ -304,6 +304,35 @@ def test_a_fit_without_refit_takes_the_latest_fits_hyperparameters_and_condition
         assert optimizer.fit(inherited, 0.5, observations[0].setting, refit=False).refitted
 
 
+def test_a_fit_blind_to_the_setting_is_refitted_once_more_observations_have_come(monkeypatch):
+    """A fit that gives the setting no variance (a tuned CNN job's one fit put it all on the loss) predicts every
+    setting alike; it is reused while no observation has come since, and refitted, whatever ``refit`` says,
+    once one has."""
+    space = sim.space()
+    optimizer = GPOptimizer(space, seed=5)
+    observations = _observations(space, 12, seed=2)
+    with _contained(5, 0):
+        assert optimizer.fit(observations[:10], 0.5, observations[0].setting).refitted
+    assert not optimizer.blind
+    form, values = optimizer.latest_fit
+    # The same hyperparameters with no variance on the setting, alone or with the loss: blind.
+    zeroed = [0.0 if name.split(".")[-2:] in (["setting", "variance"], ["setting_by_loss", "variance"]) else v
+              for name, v in zip(form, values)]
+    assert zeroed != list(values)
+    optimizer.adopt(form, zeroed)
+    assert optimizer.blind
+    with _contained(5, 1):  # another job's blind fit saw none of these observations
+        assert optimizer.fit(observations[:10], 0.5, observations[0].setting, refit=False).refitted
+    assert not optimizer.blind  # a fit of these observations sees the setting
+    # Its own blind fit (every fit counts as blind here): reused on the observations it saw, not on more.
+    monkeypatch.setattr(_gpyopt, "BLIND", math.inf)
+    with _contained(5, 2):
+        assert optimizer.fit(observations[:10], 0.5, observations[0].setting).refitted and optimizer.blind
+        assert not optimizer.fit(observations[:10], 0.5, observations[0].setting, refit=False).refitted
+        assert optimizer.fit(observations[:11], 0.5, observations[0].setting, refit=False).refitted
+        assert not optimizer.fit(observations[:11], 0.5, observations[0].setting, refit=False).refitted
+
+
 def test_a_fit_that_cannot_take_the_latest_hyperparameters_is_refitted(monkeypatch):
     """Seen in the sweep benchmark: the latest fit's hyperparameters on today's observations gave a covariance
     that is not positive definite (GPy: "not positive definite, even with jitter"). The fit is made afresh."""

@@ -45,6 +45,14 @@ MAX_OBSERVATIONS = 30
 GP_FIT_ITERATIONS = 100
 GP_FIT_RESTARTS = 2  # L-BFGS starts per fit: GPy's initial hyperparameters, and one random draw
 
+# A fit is blind to the setting when the variance its kernel gives the setting
+# (alone, and with the loss) is under this share of the data's (normalised).
+# A tuned CNN job's one fit put all of it on the loss, with no noise: every
+# setting then looked alike, and the fit was reused for the whole online phase
+# (NOTES.md, twenty-ninth session). A blind fit is refitted once more
+# observations have come (GPOptimizer.fit), whatever the overhead share says.
+BLIND = 1e-3
+
 # EI is maximised over the discrete settings themselves (see Fitted.maximise):
 # every setting when the space has at most this many, else this many random
 # ones, then a climb, one knob at a time, from the best few of them.
@@ -204,6 +212,7 @@ class GPOptimizer:
         self.seed = seed
         self.speed_prior = speed_prior
         self._latest_fit: tuple[tuple, np.ndarray] | None = None  # the kernel's form and all hyperparameters
+        self._fit_n = 0  # how many observations the latest fit saw (0 for another job's)
 
     def _domain(self, observations: Sequence[Observation], loss: float) -> list[dict[str, Any]]:
         losses = [o.loss for o in observations] + [loss]
@@ -235,7 +244,16 @@ class GPOptimizer:
     def adopt(self, form: Sequence[str], values: Sequence[float]) -> None:
         """Takes another GP's fit (an earlier job's, :mod:`tfonline.tuner.inherit`) as the latest: a fit with
         ``refit`` False uses it when its kernel has that form."""
-        self._latest_fit = (tuple(form), np.array(values, dtype=float))
+        self._latest_fit, self._fit_n = (tuple(form), np.array(values, dtype=float)), 0
+
+    @property
+    def blind(self) -> bool:
+        """Whether the latest fit is blind to the setting (:data:`BLIND`): it predicts every setting alike."""
+        if self._latest_fit is None:
+            return False
+        variance = {tuple(name.split(".")[-2:]): v for name, v in zip(*self._latest_fit)}
+        share = [variance.get((part, "variance"), 0.0) for part in ("setting", "setting_by_loss", "loss_by_setting")]
+        return share[0] + share[1] * share[2] < BLIND
 
     def prior(self, observations: Sequence[Observation]) -> SpeedPrior | None:
         """The speed model fitted to the observations of every job, as the GP's first guess (None: not asked
@@ -271,24 +289,27 @@ class GPOptimizer:
             optimize_restarts=GP_FIT_RESTARTS, max_iters=GP_FIT_ITERATIONS)
         return bo, y
 
-    def _fitted(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None, refit: bool):
+    def _fitted(self, observations: Sequence[Observation], loss: float, prior: SpeedPrior | None, refit: bool,
+                seen: int):
         """The model of :meth:`_model`, fitted as GPyOpt's ``suggest_next_locations`` fits it, or, unless
-        ``refit``, given the hyperparameters of the latest fit of a kernel of the same form (see :meth:`fit`).
+        ``refit``, given the hyperparameters of the latest fit of a kernel of the same form (see :meth:`fit`),
+        if that fit was not :attr:`blind` or saw as many observations as ``seen``.
         Returns (bo, y, whether its hyperparameters were fitted)."""
         bo, y = self._model(observations, loss, prior)
         bo.context, bo.model_parameters_iterations, bo.num_acquisitions = None, None, 0
         form = tuple(bo.model.kernel.parameter_names_flat())  # GPyOpt makes the GPy model from it in _update_model
-        reuse = not refit and self._latest_fit is not None and self._latest_fit[0] == form
+        reuse = not refit and self._latest_fit is not None and self._latest_fit[0] == form \
+            and not (self.blind and seen > self._fit_n)
         if not reuse:
             bo._update_model(bo.normalization_type)
-            self._latest_fit = (form, bo.model.model.param_array.copy())
+            self._latest_fit, self._fit_n = (form, bo.model.model.param_array.copy()), seen
             return bo, y, True
         bo.model.max_iters = 0
         try:
             bo._update_model(bo.normalization_type)
             bo.model.model[:] = self._latest_fit[1]
         except np.linalg.LinAlgError:  # not positive definite on today's observations (seen once, in a sweep)
-            return self._fitted(observations, loss, prior, refit=True)
+            return self._fitted(observations, loss, prior, True, seen)
         return bo, y, False
 
     def fit(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
@@ -303,13 +324,14 @@ class GPOptimizer:
         the hyperparameters of the latest fit instead, when its kernel has the same form (the same knobs,
         and a job column or not), and is only conditioned on today's observations
         (:attr:`Fitted.refitted` says which). The tuning loop refits as often as its overhead share pays
-        for (:meth:`~tfonline.tuner.budget.OverheadBudget.refit_due`).
+        for (:meth:`~tfonline.tuner.budget.OverheadBudget.refit_due`), and a fit :attr:`blind` to the setting
+        is refitted once there are more observations than it saw, whatever ``refit`` says.
         """
         if len(observations) < 2:
             raise ValueError(f"the GP needs at least 2 observations, got {len(observations)}")
         prior = self.prior(observations)  # from every observation, not only the GP's window
-        observations = window(observations)
-        bo, y, refitted = self._fitted(observations, loss, prior, refit)
+        seen, observations = len(observations), window(observations)
+        bo, y, refitted = self._fitted(observations, loss, prior, refit, seen)
         return Fitted(self, bo, y, observations, loss, current, iterations_left, speed, prior, refitted)
 
     def fit_seeded(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],

@@ -57,7 +57,8 @@ CPU time over the job's elapsed time, 2% by default). Nearly all of a
 decision's cost is fitting the GP's hyperparameters, so a decision refits
 them only when the share so far pays for one more fit; the others condition
 the GP on the new observations with the latest fit's hyperparameters, at a
-tenth of the cost. A segment but a random setting's also lasts until the
+tenth of the cost (a fit blind to the setting is refitted at the next
+decision with a new observation: :attr:`~tfonline.tuner._gpyopt.GPOptimizer.blind`). A segment but a random setting's also lasts until the
 tuner's time so far is back within its share
 (:class:`~tfonline.tuner.budget.OverheadBudget`).
 Before, every decision refitted and the next segment lasted 50 times that
