@@ -21,8 +21,7 @@ Phases:
    (:meth:`TuningManager.time_share`).
 3. ``online``: every segment, the GP is refitted and EI maximised at the
    current loss. The job switches when the switch confidently pays by the
-   GP's mean (to s* or to the best setting seen; *exploit*; one to a setting
-   never run is charged to the exploration budget), or when EI(s*)
+   GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
    exceeds the estimated cost of that reconfiguration and the exploration
    budget covers it (*explore*, the paper's gate). See :meth:`TuningManager._online`.
    When no switch exploits and the current setting's time per iteration
@@ -104,8 +103,7 @@ EXPLORATION_BUDGET = 0.08
 CONFIDENCE = 0.8
 # Going back to a setting the job left in the last RECENT_DECISIONS decisions
 # for one predicted better needs this much confidence, and exploring never
-# goes back to one (TuningManager.left_recently): evidence beyond the noise it
-# was left on (a resumed job ping-ponged 11 times between two layouts).
+# goes back to one (TuningManager.left_recently).
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
@@ -150,26 +148,18 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
     return priced
 
 
-def _exploits(priced: list[tuple], observed: Sequence[dict[str, Any]], price: Callable,
-              left: float | None) -> list[tuple]:
+def _exploits(priced: list[tuple], observed: Sequence[dict[str, Any]]) -> list[tuple]:
     """The priced candidates (:func:`_priced`) a switch may exploit: the GP's mean gain exceeds the switch's
     cost, it is :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE` for a setting left
     recently), and the candidate's compiling knobs (XLA) are at levels some ``observed`` setting had: the GP
     knows nothing of a level never run, and a wrong guess there costs a compile. In the sweep benchmark, a CNN
     job predicted hundreds of seconds slower on 3 workers than on any other count "exploited" 2 workers with
     XLA, never run by it or the jobs before it, and trained 72 s at 1.4x the time per iteration of the same
-    layout without XLA. Such a switch may still explore.
-
-    A candidate no ``observed`` setting was is also priced as an exploration (``price(prediction, cost)``,
-    :func:`~tfonline.tuner.explore.explore_price`), which the exploration budget ``left`` must cover (None:
-    no budget): a tuned CNN job made five "100% sure" exploits to settings it had never run, two of them to
-    settings 1.5x slower per iteration than the one it left (NOTES.md, twenty-ninth session)."""
+    layout without XLA. Such a switch may still explore."""
     levels = {(name, s.get(name)) for s in observed for name in COMPILING_KNOBS}
-    seen = {setting_key(s) for s in observed}
     return [p for p in priced
             if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)
-            and all((name, p[1].setting.get(name)) in levels for name in COMPILING_KNOBS)
-            and (left is None or setting_key(p[1].setting) in seen or price(p[1], p[4]) <= left)]
+            and all((name, p[1].setting.get(name)) in levels for name in COMPILING_KNOBS)]
 
 
 def _allowed(space: KnobSpace, left_recently: Callable[[dict[str, Any]], bool], setting: dict[str, Any]) -> bool:
@@ -432,21 +422,24 @@ class TuningManager:
 
         - A switch *exploits* when the GP's mean gain (current R̂ −
           candidate R̂) exceeds the switch's estimated cost and the GP is at
-          least :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE`
-          for a setting left recently); the largest net gain wins
-          (:func:`_exploits`). One to a setting never run is charged to the
-          exploration budget, which must cover its price. Off a random
-          setting no decision has judged yet, the best setting seen needs no
-          confidence, only a mean gain above the switch's cost: the random
-          setting was drawn, not chosen (a tuned LogR run stayed its last
-          19 s on one 40% slower than the best seen). When the GP's mean
-          shows no gain worth it, the measured times decide (:meth:`_by_measurement`).
-        - Otherwise a switch *explores* when EI exceeds its price (:func:`explore_price`):
-          the switch's cost, plus, as likely as the candidate is worse, the
-          time its segment would lose and the switch back. The largest EI −
-          price wins, never a setting left recently; it is charged to the
-          exploration budget (EI against the cost alone switched 26 of 28
-          times on LogR: NOTES.md).
+          least :data:`CONFIDENCE` sure the candidate is better; the largest
+          net gain wins (:func:`_exploits`). Going back to a setting left in
+          the last :data:`RECENT_DECISIONS` decisions needs :data:`RETURN_CONFIDENCE`:
+          evidence beyond the noise it was left on (measured: a resumed job
+          ping-ponged 11 times between two layouts). On a random setting
+          that no decision has judged yet (the random phase waits or has
+          ended), the best setting seen needs no confidence, only a mean
+          gain above the switch's cost: the random setting was drawn, not
+          chosen (a tuned LogR run stayed its last 19 s on one 40% slower
+          than the best seen). When the GP's mean shows no gain worth it,
+          the measured times decide (:meth:`_by_measurement`).
+        - Otherwise a switch *explores* when EI exceeds its price: the
+          switch's cost, plus, as likely as the candidate is worse, the time
+          its segment would lose (the GP's mean slowdown over one segment)
+          and the switch back (:func:`explore_price`). The largest EI −
+          price wins, never a setting left recently; the switch is charged,
+          with the time its segment loses, to the exploration budget (EI
+          against the cost alone switched 26 of 28 times on LogR: NOTES.md).
         """
         current = self.current
         leaving_random, self.lengths.timing.random = self.lengths.timing.random, False
@@ -456,20 +449,13 @@ class TuningManager:
         suggestion, iterations_left, loss_now = suggested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
-        price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
-                        segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
-        observed, left = [t.setting for t in self.triples] + [current], self.exploration_left()
-        if paying := _exploits(priced, observed, price, left):
+        paying = _exploits(priced, [t.setting for t in self.triples] + [current])
+        if paying:
             name, prediction, _, parts, cost, back = max(paying, key=lambda p: p[1].gain_s - p[4])
-            new = left is not None and setting_key(prediction.setting) not in map(setting_key, observed)
-            if new:  # never run: it explores as well (_exploits)
-                self.budget.explore(self.best_per_iteration_s())
             return self._switch(prediction, parts, cost, ei,
                                 f"exploit {name}{' (back to a setting left recently)' if back else ''}: predicted "
                                 f"gain {prediction.gain_s:.3g} s exceeds the estimated cost {cost:.3g} s "
-                                f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure" + (
-                                    f"; never run, so it explores: price {price(prediction, cost):.3g} s of the "
-                                    f"{left:.3g} s of exploration budget left" if new else ""))
+                                f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
         back = [p for p in priced if leaving_random and p[0] == BEST_SEEN and p[1].gain_s > p[4]]
         if back:
             _, prediction, _, parts, cost, _ = back[0]
@@ -480,10 +466,14 @@ class TuningManager:
                                 f"setting is kept only when predicted best)")
         if (measured := self._by_measurement(iterations_left, loss_now, leaving_random)) is not None:
             return measured
+        price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
+                        segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
         if not by_ei:
-            recent = "was left recently" if any(p[2] is not None for p in priced) else "is the current one"
-            return Decision("online", current, suggestion.setting, False, f"the best setting by EI {recent}",
+            recent = [p for p in priced if p[2] is not None]
+            return Decision("online", current, suggestion.setting, False,
+                            "the best setting by EI was left recently" if recent
+                            else "the best setting by EI is the current one",
                             expected_improvement_s=ei, cost_s=0.0)
         name, prediction, ei, parts, cost, _, price = max(by_ei, key=lambda p: p[2] - p[6])
         if not explore:
@@ -495,6 +485,7 @@ class TuningManager:
                             f"EI {ei:.3g} s does not exceed the price of exploring {price:.3g} s (switch "
                             f"{cost:.3g} s: {', '.join(sorted(parts))}; the rest if it is worse, "
                             f"{1 - prediction.confidence:.0%} likely)", expected_improvement_s=ei, cost_s=cost)
+        left = self.exploration_left()
         if left is not None and price > left:
             return Decision("online", current, prediction.setting, False,
                             f"EI {ei:.3g} s exceeds the price of exploring {price:.3g} s, but the exploration "
