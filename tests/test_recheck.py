@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tfonline.tuner import Triple
-from tfonline.tuner.recheck import MOST_RECHECKS, SURPRISE, Survey, measured_way_out, stint_change
+from tfonline.tuner.recheck import FIRST_RUN, MOST_RECHECKS, SURPRISE, Survey, first_run, measured_way_out, stint_change
 
 pytestmark = pytest.mark.fast
 
@@ -113,3 +113,15 @@ def test_the_way_out_counts_each_settings_convergence_speed():
     """One worker needs half the iterations here (speed 2): 104 ms per iteration is 52 ms of the job's curve,
     faster than the others' 66 ms."""
     assert way_out(random_phase(), speed=lambda s: 2.0 if s["worker"] == 1 else 1.0) is None
+
+
+def test_a_setting_run_for_the_first_time_is_the_latest_segments_and_no_earlier_ones():
+    triples = random_phase()
+    assert first_run(triples, triples[-1].setting)  # {"worker": 1, "n": 6}: its one segment, the latest
+    assert not first_run(triples, triples[0].setting)  # run once, but not in the latest segment
+    assert not first_run(triples + [triples[-1]], triples[-1].setting)  # its second segment
+    assert not first_run([], {"worker": 1})
+    out = measured_way_out(triples, triples[-1].setting, 2000.0, lambda s: 1.0, lambda s: 1.0, lambda s: True,
+                           FIRST_RUN)
+    assert out.reason.startswith("leave a setting run for the first time: by measurement, the best setting seen ")
+    assert out.reason.endswith("more than the estimated cost 1 s; it was predicted faster")

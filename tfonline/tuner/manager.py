@@ -29,7 +29,9 @@ Phases:
    again first (:mod:`tfonline.tuner.recheck`): the GP alone read such a
    rise as the whole job slowing, and stayed. A random setting the job has
    just measured is left for the best setting seen by the GP's mean, or,
-   when that shows no gain worth it (a flat fit), by measured times.
+   when that shows no gain worth it (a flat fit), by measured times; a
+   setting a decision chose is left by measured times after its first
+   segment, before the GP guesses again.
 
 Exploring, in the random phase and online, spends from one budget: a
 fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
@@ -57,9 +59,9 @@ decision's cost is fitting the GP's hyperparameters, so a decision refits
 them only when the share so far pays for one more fit; the others condition
 the GP on the new observations with the latest fit's hyperparameters, at a
 tenth of the cost (a fit blind to the setting is refitted at the next
-decision with a new observation: :attr:`~tfonline.tuner._gpyopt.GPOptimizer.blind`). A segment but a random setting's also lasts until the
-tuner's time so far is back within its share
-(:class:`~tfonline.tuner.budget.OverheadBudget`).
+decision with a new observation: :attr:`~tfonline.tuner._gpyopt.GPOptimizer.blind`).
+A segment but a random setting's also lasts until the tuner's time so far
+is back within its share (:class:`~tfonline.tuner.budget.OverheadBudget`).
 Before, every decision refitted and the next segment lasted 50 times that
 decision: on the sweep benchmark's CNN jobs, 0.6-2.4 s of CPU per decision
 made segments of 30-120 s, and a 5-minute job decided 5 times, one of them
@@ -89,7 +91,7 @@ from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.lengths import SegmentLengths
-from tfonline.tuner.recheck import Survey, measured_way_out
+from tfonline.tuner.recheck import FIRST_RUN, Survey, first_run, measured_way_out
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -103,7 +105,8 @@ EXPLORATION_BUDGET = 0.08
 CONFIDENCE = 0.8
 # Going back to a setting the job left in the last RECENT_DECISIONS decisions
 # for one predicted better needs this much confidence, and exploring never
-# goes back to one (TuningManager.left_recently).
+# goes back to one (TuningManager.left_recently): evidence beyond the noise it
+# was left on (a resumed job ping-ponged 11 times between two layouts).
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
@@ -420,26 +423,25 @@ class TuningManager:
         s* every time would leave the cheap knobs unexplored); and the
         setting seen so far that the GP predicts best at today's loss.
 
+        - A setting a decision chose, just run for the first time, is left for
+          the best setting seen when it measures over 15% slower per unit of
+          progress: the GP was wrong there (:func:`~tfonline.tuner.recheck.first_run`).
         - A switch *exploits* when the GP's mean gain (current R̂ −
           candidate R̂) exceeds the switch's estimated cost and the GP is at
-          least :data:`CONFIDENCE` sure the candidate is better; the largest
-          net gain wins (:func:`_exploits`). Going back to a setting left in
-          the last :data:`RECENT_DECISIONS` decisions needs :data:`RETURN_CONFIDENCE`:
-          evidence beyond the noise it was left on (measured: a resumed job
-          ping-ponged 11 times between two layouts). On a random setting
-          that no decision has judged yet (the random phase waits or has
-          ended), the best setting seen needs no confidence, only a mean
-          gain above the switch's cost: the random setting was drawn, not
-          chosen (a tuned LogR run stayed its last 19 s on one 40% slower
-          than the best seen). When the GP's mean shows no gain worth it,
-          the measured times decide (:meth:`_by_measurement`).
-        - Otherwise a switch *explores* when EI exceeds its price: the
-          switch's cost, plus, as likely as the candidate is worse, the time
-          its segment would lose (the GP's mean slowdown over one segment)
-          and the switch back (:func:`explore_price`). The largest EI −
-          price wins, never a setting left recently; the switch is charged,
-          with the time its segment loses, to the exploration budget (EI
-          against the cost alone switched 26 of 28 times on LogR: NOTES.md).
+          least :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE`
+          for a setting left recently); the largest net gain wins
+          (:func:`_exploits`). Off a random setting no decision has judged
+          yet, the best setting seen needs no confidence, only a mean gain
+          above the switch's cost: the random setting was drawn, not chosen
+          (a tuned LogR run stayed its last 19 s on one 40% slower than the
+          best seen). When the GP's mean shows no gain worth it, the
+          measured times decide (:meth:`_by_measurement`).
+        - Otherwise a switch *explores* when EI exceeds its price (:func:`explore_price`):
+          the switch's cost, plus, as likely as the candidate is worse, the
+          time its segment would lose and the switch back. The largest EI −
+          price wins, never a setting left recently; it is charged to the
+          exploration budget (EI against the cost alone switched 26 of 28
+          times on LogR: NOTES.md).
         """
         current = self.current
         leaving_random, self.lengths.timing.random = self.lengths.timing.random, False
@@ -447,6 +449,9 @@ class TuningManager:
         if isinstance(suggested, Decision):
             return suggested
         suggestion, iterations_left, loss_now = suggested
+        if self.decisions and not leaving_random and self.phase == "online" and first_run(self.triples, current) and (
+                tested := self._by_measurement(iterations_left, loss_now, FIRST_RUN)):
+            return tested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
         paying = _exploits(priced, [t.setting for t in self.triples] + [current])
@@ -464,16 +469,14 @@ class TuningManager:
                                 f"{prediction.gain_s:.3g} s faster, more than the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}; {prediction.confidence:.0%} sure, and a random "
                                 f"setting is kept only when predicted best)")
-        if (measured := self._by_measurement(iterations_left, loss_now, leaving_random)) is not None:
+        if (measured := self._by_measurement(iterations_left, loss_now, leaving_random and "the random setting")):
             return measured
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
         if not by_ei:
-            recent = [p for p in priced if p[2] is not None]
-            return Decision("online", current, suggestion.setting, False,
-                            "the best setting by EI was left recently" if recent
-                            else "the best setting by EI is the current one",
+            recent = "was left recently" if any(p[2] is not None for p in priced) else "is the current one"
+            return Decision("online", current, suggestion.setting, False, f"the best setting by EI {recent}",
                             expected_improvement_s=ei, cost_s=0.0)
         name, prediction, ei, parts, cost, _, price = max(by_ei, key=lambda p: p[2] - p[6])
         if not explore:
@@ -523,17 +526,17 @@ class TuningManager:
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
         return suggestion, iterations_left, loss_now
 
-    def _by_measurement(self, iterations_left: float, loss: float, leaving_random: bool) -> Decision | None:
-        """A switch on measured times, or None: off a random setting the GP's mean cannot judge
-        (:func:`measured_way_out`), else to a setting measured again (:class:`Survey`: it explores)."""
+    def _by_measurement(self, iterations_left: float, loss: float, leaving: str | bool) -> Decision | None:
+        """A switch on measured times, or None: off ``leaving`` (:func:`measured_way_out`; off :data:`FIRST_RUN`
+        back to the setting just left too), else but off that, to one measured again (:class:`Survey`: explores)."""
         speeds, names = self.speeds(), speed_names(self.space)
         parts = partial(switch_parts, self.space.knobs, self.current)
         ask = (self.triples, self.current, iterations_left, lambda s: speeds.at(speed_key(s, names), loss).value,
                lambda s: self.costs.estimate(parts(s)))
-        allowed = partial(_allowed, self.space, self.left_recently)
-        found = measured_way_out(*ask, allowed) if leaving_random else None
+        allowed, first = partial(_allowed, self.space, self.left_recently), leaving == FIRST_RUN
+        found = measured_way_out(*ask, self.space.fits if first else allowed, leaving) if leaving else None
         self._judged_worse = found is not None
-        if found is None and (found := self.survey.next(*ask, self.exploration_left(), allowed)) is not None:
+        if found is None and not first and (found := self.survey.next(*ask, self.exploration_left(), allowed)):
             self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
         if found is None:
             return None
