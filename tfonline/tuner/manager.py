@@ -91,7 +91,7 @@ from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.timing import per_iteration_time
 from tfonline.tuner.lengths import SegmentLengths
-from tfonline.tuner.recheck import FIRST_RUN, Survey, first_run, measured_way_out
+from tfonline.tuner.recheck import FIRST_RUN, RANDOM_SETTING, Survey, first_run, measured_way_out
 from tfonline.tuner.space import KnobSpace
 
 # Exploring (random settings, and online switches made on EI alone) may spend
@@ -469,7 +469,7 @@ class TuningManager:
                                 f"{prediction.gain_s:.3g} s faster, more than the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}; {prediction.confidence:.0%} sure, and a random "
                                 f"setting is kept only when predicted best)")
-        if (measured := self._by_measurement(iterations_left, loss_now, leaving_random and "the random setting")):
+        if (measured := self._by_measurement(iterations_left, loss_now, RANDOM_SETTING if leaving_random else None)):
             return measured
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
@@ -526,7 +526,7 @@ class TuningManager:
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
         return suggestion, iterations_left, loss_now
 
-    def _by_measurement(self, iterations_left: float, loss: float, leaving: str | bool) -> Decision | None:
+    def _by_measurement(self, iterations_left: float, loss: float, leaving: str | None) -> Decision | None:
         """A switch on measured times, or None: off ``leaving`` (:func:`measured_way_out`; off :data:`FIRST_RUN`
         back to the setting just left too), else but off that, to one measured again (:class:`Survey`: explores)."""
         speeds, names = self.speeds(), speed_names(self.space)

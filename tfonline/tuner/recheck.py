@@ -57,7 +57,8 @@ SURPRISE = 0.15
 EARLIER_SEGMENTS = 2
 # Settings measured again in one survey, at most.
 MOST_RECHECKS = 3
-FIRST_RUN = "a setting run for the first time"  # what measured_way_out leaves, besides a random setting
+# What measured_way_out leaves: a random setting, or one a decision chose, run for the first time.
+RANDOM_SETTING, FIRST_RUN = "the random setting", "a setting run for the first time"
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class Survey:
 
 def measured_way_out(triples: Sequence, current: dict[str, Any], iterations_left: float,
                      speed: Callable[[dict[str, Any]], float], cost: Callable[[dict[str, Any]], float],
-                     allowed: Callable[[dict[str, Any]], bool], leaving: str = "the random setting") -> Recheck | None:
+                     allowed: Callable[[dict[str, Any]], bool], leaving: str = RANDOM_SETTING) -> Recheck | None:
     """Off a random setting by measurement, for when the GP's mean shows no gain worth a switch (a flat fit, or
     one the random setting's own segments contradict), or off :data:`FIRST_RUN` (``leaving``; see
     :func:`first_run`): the setting seen that finishes soonest by its measured
@@ -202,5 +203,4 @@ def first_run(triples: Sequence, current: dict[str, Any]) -> bool:
     another never run at 0.71 s, and a tuned CNN job made two such exploits to settings 1.3-1.5x slower
     (NOTES.md, twenty-ninth session)."""
     key = setting_key(current)
-    return sum(setting_key(t.setting) == key for t in _timed(triples)) == 1 and bool(triples) \
-        and setting_key(triples[-1].setting) == key
+    return sum(setting_key(t.setting) == key for t in _timed(triples)) == 1 and setting_key(triples[-1].setting) == key
