@@ -806,6 +806,24 @@ def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those
     assert Speeds([(1,), (2,)] * 4, interleaved, _BiasedCurve(), 1.0).keys == [(2,)]
 
 
+@pytest.mark.parametrize("budget", [0.08, None])
+def test_a_space_of_few_settings_ends_its_random_phase_once_all_have_run(budget):
+    """Only the worker count is free (4 settings) and 10 random settings are asked: once the start and 3 random
+    settings have run, the random phase ends and the online phase begins. Before, with a budget, the phase
+    waited for an untried setting that could not come until the job was 90% through its time; without one,
+    it ran tried settings again as "random"."""
+    space = sim.stale_space()
+    manager = TuningManager(space, space.start({"worker": 1}), 0.305, lambda: get_estimator("hogwild"),
+                            initial_iterations=40, random_settings=10, segment_iterations=40, min_segment_s=0,
+                            seed=0, overhead_share=None, exploration_budget=budget)
+    decisions = sim.stale_job(0).drive(manager, 10)
+    drawn = [d.candidate["worker"] for d in decisions if d.phase == "random" and d.reason.startswith("initialisation")]
+    assert sorted(drawn) == [2, 3, 4] and manager.random_done == 3
+    ended = next(d for d in decisions if d.phase == "online")
+    assert ended.reason.startswith("random phase ended after 3 random setting(s): every setting of the space has run")
+    assert all(d.phase == "online" for d in decisions[decisions.index(ended):])
+
+
 def test_a_random_setting_is_left_for_the_best_setting_seen_when_the_mean_says_so():
     """Worker counts only; the job starts on the best (3 workers) and draws 1 random setting, slower.
 

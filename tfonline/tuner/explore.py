@@ -47,7 +47,8 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
     if ahead is not None and (ahead in tried or not space.fits(ahead)):
         ahead = None
     if left is None:
-        return priced(ahead if ahead is not None else space.sample(rng, exclude=tried))
+        candidate = ahead if ahead is not None else space.sample(rng, exclude=tried)
+        return priced(candidate) if candidate not in tried else (None, {}, 0.0)
     if ahead is not None and priced(ahead)[2] <= left:
         return priced(ahead)
     drawn = [priced(space.sample(rng, exclude=tried)) for _ in range(tries)]
@@ -61,6 +62,17 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
         fitting.append((new / (cost + share * segment_s + 1e-3), candidate, parts, cost))
     best = max(f[0] for f in fitting)
     return rng.choice([f[1:] for f in fitting if f[0] == best])
+
+
+EXHAUSTED = "every setting of the space has run"
+
+
+def exhausted(space: KnobSpace, tried: Sequence[dict[str, Any]]) -> bool:
+    """Whether no setting that fits the nodes alive is left untried (as far as 100 uniform draws can tell, the
+    way :meth:`KnobSpace.sample` looks; on a seeded stream of its own, the draws' stream untouched). A space of
+    a few settings (a user who pins all but the worker count) would otherwise keep its random phase waiting
+    for a draw that cannot come, and never reach the online phase."""
+    return space.sample(random.Random(0), exclude=tried) in tried
 
 
 class Draws:
@@ -82,9 +94,11 @@ class Draws:
         return refit
 
     def next(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None):
-        """The next random setting (the one drawn ahead when it fits): (setting or None, parts, cost)."""
+        """The next random setting (the one drawn ahead when it fits): (setting or None, parts, cost, why the
+        random phase ends now: "" unless every setting of the space has run)."""
         ahead, self.ahead = self.ahead, None
-        return draw(self.space, self.rng, self.costs, current, tried, ahead, left, self.segment_s, waste=self.waste)
+        drawn = draw(self.space, self.rng, self.costs, current, tried, ahead, left, self.segment_s, waste=self.waste)
+        return *drawn, "" if drawn[0] is not None or not exhausted(self.space, tried) else EXHAUSTED
 
     def prepared(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None) -> dict[str, Any]:
         """The setting drawn ahead, drawn now if there is none yet or it no longer fits the nodes alive."""

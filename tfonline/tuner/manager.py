@@ -355,8 +355,7 @@ class TuningManager:
         if self.phase == "random":
             candidate, parts, cost, left, late = self._draw(current)
             if candidate is not None:
-                self.random_done += 1
-                self.lengths.timing.random = True
+                self.random_done, self.lengths.timing.random = self.random_done + 1, True
                 self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
                 self.lengths.decided(switch=True)
                 budget = "" if left is None else f"; estimated cost {cost:.3g} s of {left:.3g} s left to explore"
@@ -365,8 +364,7 @@ class TuningManager:
                                 cost_s=cost, parts=tuple(sorted(parts)))
             if late:
                 self.phase = "online"
-                ended = (f"random phase ended after {self.random_done} random setting(s): the job is an estimated "
-                         f"{self.time_share():.0%} through its time, too late for a random setting to pay off; ")
+                ended = f"random phase ended after {self.random_done} random setting(s): {late}; "
             else:
                 # The budget grows with the job (exploration_left): draw again later.
                 decision = self._online(run, explore=False)
@@ -381,12 +379,13 @@ class TuningManager:
 
     def _draw(self, current: dict[str, Any]):
         """The next random setting (:class:`~tfonline.tuner.explore.Draws`): (setting or None, its switch's parts,
-        their estimated cost, the budget left or None, whether the job is too far along for any draw); priced by
-        the GP's times from two observations on, while the overhead share pays for a fit (:func:`segment_waste`)."""
+        their estimated cost, the budget left or None, why the random phase ends now or ""); priced by the GP's
+        times from two observations on, while the overhead share pays for a fit (:func:`segment_waste`)."""
         left = self.exploration_left()
         if left is not None and self.time_share() >= 1 - self.budget.fraction:
             self.draws.ahead = None
-            return None, {}, 0.0, left, True
+            return None, {}, 0.0, left, (f"the job is an estimated {self.time_share():.0%} through its time, too "
+                                         "late for a random setting to pay off")
         observations, best = self.usable_observations(), self.best_per_iteration_s()
         timed = self.lengths.timing.needed if best else None  # a random segment's iterations; seconds at best's pace
         self.draws.waste, self.draws.segment_s = None, self.lengths.min_segment_s if timed is None else timed * best
@@ -394,7 +393,8 @@ class TuningManager:
             fitted = self.optimizer.fit_seeded(observations, observations[-1].loss, current, self.draws.refit(
                 len(observations), self.overhead.refit_due(self.elapsed_s)))
             self._refitted, self.draws.waste = fitted.refitted, segment_waste(fitted, best, timed is not None)
-        return *self.draws.next(current, [t.setting for t in self.triples] + [current], left), left, False
+        candidate, parts, cost, ended = self.draws.next(current, [t.setting for t in self.triples] + [current], left)
+        return candidate, parts, cost, left, ended
 
     def ahead(self) -> tuple[dict[str, Any], Plan] | None:
         """The random setting the next random segment will likely run, and its plan, for the driver to prepare
