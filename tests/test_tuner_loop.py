@@ -810,7 +810,7 @@ def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those
 def test_a_space_of_few_settings_ends_its_random_phase_once_all_have_run(budget):
     """Only the worker count is free (4 settings) and 10 random settings are asked: once the start and 3 random
     settings have run, the random phase ends and the online phase begins. Before, with a budget, the phase
-    waited for an untried setting that could not come until the job was 90% through its time; without one,
+    waited for an untried setting that could not come until the job was 92% through its time; without one,
     it ran tried settings again as "random"."""
     space = sim.stale_space()
     manager = TuningManager(space, space.start({"worker": 1}), 0.305, lambda: get_estimator("hogwild"),
