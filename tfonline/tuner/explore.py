@@ -12,12 +12,18 @@ from tfonline.tuner._records import CostModel
 from tfonline.tuner.space import KnobSpace
 
 
+# Why a random phase ends when no untried setting is left (a user who pins all but the worker count has a few): it
+# would otherwise wait for a draw that cannot come, and never reach the online phase.
+EXHAUSTED = "every setting of the space has run"
+
+
 def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[str, Any],
          tried: Sequence[dict[str, Any]], ahead: dict[str, Any] | None, left: float | None, segment_s: float,
          tries: int = 64, waste: Callable[[list[dict[str, Any]]], Sequence[float]] | None = None,
-         ) -> tuple[dict[str, Any] | None, dict[str, str], float]:
+         ) -> tuple[dict[str, Any] | None, dict[str, str], float, str]:
     """A random untried setting whose switch fits the exploration budget ``left``, chosen for what it teaches
-    per second it costs; returns (setting or None, its switch's parts, their estimated cost).
+    per second it costs; returns (setting or None, its switch's parts, their estimated cost, why the random
+    phase ends now: :data:`EXHAUSTED` when no draw found an untried setting, else "").
 
     ``ahead``, the setting drawn ahead for the driver to prepare
     (:meth:`TuningManager.ahead`), is taken if it is untried and fits the budget and the nodes alive.
@@ -42,37 +48,29 @@ def draw(space: KnobSpace, rng: random.Random, costs: CostModel, current: dict[s
     """
     def priced(candidate):
         parts = switch_parts(space.knobs, current, candidate)
-        return candidate, parts, costs.estimate(parts)
+        return candidate, parts, costs.estimate(parts), ""
 
     if ahead is not None and (ahead in tried or not space.fits(ahead)):
         ahead = None
     if left is None:
         candidate = ahead if ahead is not None else space.sample(rng, exclude=tried)
-        return priced(candidate) if candidate not in tried else (None, {}, 0.0)
+        return priced(candidate) if candidate not in tried else (None, {}, 0.0, EXHAUSTED)
     if ahead is not None and priced(ahead)[2] <= left:
         return priced(ahead)
-    drawn = [priced(space.sample(rng, exclude=tried)) for _ in range(tries)]
-    drawn = [(candidate, parts, cost) for candidate, parts, cost in drawn if candidate not in tried and cost <= left]
+    drawn = [priced(candidate) for candidate in (space.sample(rng, exclude=tried) for _ in range(tries))
+             if candidate not in tried]
+    if not drawn:  # each draw looked for an untried setting 100 times (KnobSpace.sample)
+        return None, {}, 0.0, EXHAUSTED
+    drawn = [(candidate, parts, cost) for candidate, parts, cost, _ in drawn if cost <= left]
     if not drawn:
-        return None, {}, 0.0
+        return None, {}, 0.0, ""
     lost = waste([candidate for candidate, _, _ in drawn]) if waste is not None else [1.0] * len(drawn)
     fitting = []
     for (candidate, parts, cost), share in zip(drawn, lost):
         new = sum(all(t.get(name) != value for t in tried) for name, value in candidate.items())
         fitting.append((new / (cost + share * segment_s + 1e-3), candidate, parts, cost))
     best = max(f[0] for f in fitting)
-    return rng.choice([f[1:] for f in fitting if f[0] == best])
-
-
-EXHAUSTED = "every setting of the space has run"
-
-
-def exhausted(space: KnobSpace, tried: Sequence[dict[str, Any]]) -> bool:
-    """Whether no setting that fits the nodes alive is left untried (as far as 100 uniform draws can tell, the
-    way :meth:`KnobSpace.sample` looks; on a seeded stream of its own, the draws' stream untouched). A space of
-    a few settings (a user who pins all but the worker count) would otherwise keep its random phase waiting
-    for a draw that cannot come, and never reach the online phase."""
-    return space.sample(random.Random(0), exclude=tried) in tried
+    return *rng.choice([f[1:] for f in fitting if f[0] == best]), ""
 
 
 class Draws:
@@ -97,8 +95,7 @@ class Draws:
         """The next random setting (the one drawn ahead when it fits): (setting or None, parts, cost, why the
         random phase ends now: "" unless every setting of the space has run)."""
         ahead, self.ahead = self.ahead, None
-        drawn = draw(self.space, self.rng, self.costs, current, tried, ahead, left, self.segment_s, waste=self.waste)
-        return *drawn, "" if drawn[0] is not None or not exhausted(self.space, tried) else EXHAUSTED
+        return draw(self.space, self.rng, self.costs, current, tried, ahead, left, self.segment_s, waste=self.waste)
 
     def prepared(self, current: dict[str, Any], tried: Sequence[dict[str, Any]], left: float | None) -> dict[str, Any]:
         """The setting drawn ahead, drawn now if there is none yet or it no longer fits the nodes alive."""

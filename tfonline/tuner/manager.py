@@ -19,7 +19,7 @@ Phases:
    the budget grows with the job. The phase ends early once the job is
    too far along its estimated time for a random setting to pay off
    (:meth:`TuningManager.time_share`), or once every setting of the space
-   has run (:func:`~tfonline.tuner.explore.exhausted`).
+   has run (:data:`~tfonline.tuner.explore.EXHAUSTED`).
 3. ``online``: every segment, the GP is refitted and EI maximised at the
    current loss. The job switches when the switch confidently pays by the
    GP's mean (to s* or to the best setting seen; *exploit*), or when EI(s*)
