@@ -32,7 +32,10 @@ Phases:
    just measured is left for the best setting seen by the GP's mean, or,
    when that shows no gain worth it (a flat fit), by measured times; a
    setting a decision chose is left by measured times after its first
-   segment, before the GP guesses again.
+   segment, before the GP guesses again. When none of that switches, another
+   worker count that may finish sooner by its convergence speed's
+   uncertainty is run for one stint long enough to measure it, and the two
+   stints then decide (a *speed trial*, :mod:`tfonline.tuner.trial`).
 
 Exploring, in the random phase and online, spends from one budget: a
 fraction of the job's estimated length (:meth:`TuningManager.exploration_left`).
@@ -71,7 +74,6 @@ to explore a setting 2.3x slower for 118 s.
 
 from __future__ import annotations
 
-import bisect
 import math
 import random
 import time
@@ -79,21 +81,21 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Callable, Sequence
 
-import numpy as np
 
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
-from tfonline.tuner._gpyopt import GPOptimizer, Observation, SpeedOf
-from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key, speed_names
-from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple, loss_trend
+from tfonline.tuner._gpyopt import GPOptimizer, SpeedOf
+from tfonline.tuner.convergence import Reference, Speeds, speed_key, speed_names
+from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple
 from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time, latest_remaining_s
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
-from tfonline.timing import per_iteration_time
 from tfonline.tuner.lengths import SegmentLengths
 from tfonline.tuner.recheck import FIRST_RUN, RANDOM_SETTING, Survey, first_run, measured_way_out
+from tfonline.tuner.history import JobHistory
 from tfonline.tuner.space import KnobSpace
+from tfonline.tuner.trial import Trials
 
 # Exploring (random settings, and online switches made on EI alone) may spend
 # this fraction of the job's estimated length (ExplorationBudget). It was 20%
@@ -205,20 +207,18 @@ class TuningManager:
         self.space = space
         self.technique = technique  # how the driver switches (run(reconfig=...)): each decision's plan uses it
         self.current = dict(start)
-        self.target_loss = target_loss
-        self.make_estimator = make_estimator
         self.random_settings = random_settings
         self.lengths = SegmentLengths(initial_iterations, segment_iterations, min_segment_s, self.overhead)
         self.budget = ExplorationBudget(exploration_budget)
-        self._walls: list[float] = []  # the first and the latest wall time seen
-        self._first_loss: float | None = None  # the loss before this run's first segment
         self.draws = Draws(space, random.Random(seed), cost_model or CostModel(), self.lengths.min_segment_s)
         self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
         if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
             self.optimizer.adopt(gp_fit.form, gp_fit.values)
             self.overhead.fit_cost_s = gp_fit.cost_s
         self.costs = self.draws.costs
-        self.triples: list[Triple] = list(history)
+        self.history = JobHistory(target_loss, make_estimator, speed_names(space), history)
+        self.triples = self.history.triples  # the paper's triples: this job's, and those it started from
+        self.job_steps, self.job_losses = self.history.steps, self.history.losses  # the job's loss history
         self.random_done = 0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
         # random phase by their weight's whole part: a weight of random_settings or more skips it
@@ -226,18 +226,19 @@ class TuningManager:
         self.phase = "initial"
         self.inherited_weight = sum(math.exp(-t.distance) for t in self.triples)
         self.random_settings = max(0, random_settings - int(self.inherited_weight))
-        self.job_steps, self.job_losses = [], []  # the job's loss history: steps and losses
-        self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
         self.decisions = 0
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
         self.survey = Survey()  # settings measured again once the current one is seen to change
+        self.trials = Trials(speed_names(space))  # another worker count run long enough to measure its speed
 
     # -- segment lengths -------------------------------------------------------
 
     def segment_length(self) -> int:
         """Iterations the current segment should run; it lasts :meth:`segment_seconds` too (:class:`SegmentLengths`)."""
+        if self.trials.pending:
+            return self.trials.iterations
         return self.lengths.iterations(self.phase, self.current["worker"])
 
     def segment_seconds(self) -> float:
@@ -260,13 +261,12 @@ class TuningManager:
         train on (the LogR benchmark: 2.0 s of CPU, 6.5 s of wall time).
         """
         started, self._refitted = time.thread_time(), False
-        triple = self.triple(run)
-        self.triples.append(triple)
-        if self._first_loss is None:
-            self._first_loss = triple.loss_before
-        self.observe(run)
+        triple = self.history.triple(run)
+        self.history.add(triple)
+        self.history.observe(run)
         self.lengths.timing.segment_ended(run.walls, run.warmup)
         self.budget.segment_ended(triple.per_iteration_s, max(0, len(run.walls) - run.warmup - 1))
+        self.trials.segment_ended(len(run.steps))
         decision = self._decide(run)
         decision = replace(decision, overhead_s=time.thread_time() - started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
@@ -274,6 +274,7 @@ class TuningManager:
         if self._refitted and self.optimizer.latest_fit is not None:
             decision = replace(decision, gp_fit=GPFit(*self.optimizer.latest_fit, decision.overhead_s))
         self.decisions += 1
+        self.trials.decided(self.current, decision.candidate)
         if decision.switch:
             if self._judged_worse:
                 self._left_at[setting_key(self.current)] = self.decisions
@@ -285,66 +286,37 @@ class TuningManager:
         """The job runs ``setting`` now, not by the tuner's decision (a node was lost); with ``back_to``, it
         went back to that step: the loss history after it is forgotten (the triples stay)."""
         self.current, self.draws.ahead, self.lengths.timing.random = dict(setting), None, False
-        kept = len(self.job_steps) if back_to is None else bisect.bisect_right(self.job_steps, back_to)
-        del self.job_steps[kept:], self.job_losses[kept:]
+        self.trials.cancel()
+        if back_to is not None:
+            self.history.forget_after(back_to)
 
     def observe(self, run: SegmentRun) -> None:
-        """Adds a run's iterations to the job's loss history and elapsed time.
-
-        The runner calls this alone for iterations that make no triple: those
-        trained under the old setting while the tuner decided to leave it.
-        """
-        self.job_steps.extend(float(s) for s in run.steps)
-        self.job_losses.extend(float(x) for x in run.losses)
-        if len(run.walls):
-            self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
-
-    def triple(self, run: SegmentRun) -> Triple:
-        """``(setting, loss before, R̂)``, R̂ = time per iteration × the iterations its setting still needs.
-
-        The iterations are the job's curve's from the loss before (the
-        estimator, fitted to the segment and the job's history: the job's
-        :class:`~tfonline.tuner.convergence.Reference`), over the setting's
-        convergence speed relative to that curve (:mod:`tfonline.tuner.convergence`).
-        The loss before is the job's loss trend at the segment's start
-        (:func:`loss_trend`) once the job has a history, else the driver's
-        smoothed loss. A triple whose loss is already at the target has no
-        R̂ to learn from (0) and is not usable; its time per iteration and
-        slope still inform its setting.
-        """
-        loss_before = run.loss_before
-        if self.job_steps:
-            loss_before = loss_trend(self.job_steps, self.job_losses, run.steps[0] - 1)
-        per_iteration_s = per_iteration_time(run.walls, run.warmup)
-        slope = segment_slope(run.steps, run.losses)
-        if per_iteration_s is None:
-            return Triple(run.setting, loss_before, None, None, None, "fewer than 3 timed iterations", slope)
-        if not loss_before > self.target_loss:
-            return Triple(run.setting, loss_before, per_iteration_s, None, None,
-                          f"the loss trend {loss_before:.4g} is already at the target {self.target_loss:g}", slope)
-        estimator = self.make_estimator()
-        history = (np.array(self.job_steps), np.array(self.job_losses)) if self.job_steps else None
-        estimator.fit(run.steps, run.losses, history=history)
-        reference = Reference(estimator, self.target_loss)
-        remaining = reference.iterations_left(loss_before)
-        if remaining is None:
-            return Triple(run.setting, loss_before, per_iteration_s, None, None, estimator.reason, slope)
-        self.reference = reference
-        triple = Triple(run.setting, loss_before, per_iteration_s, None, None, None, slope)
-        speed = self.speeds([triple]).at(speed_key(run.setting, speed_names(self.space)), loss_before).value
-        return replace(triple, remaining_iterations=remaining / speed, remaining_s=remaining / speed * per_iteration_s,
-                       speed=speed)
-
-    def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
-        """The settings' convergence speeds, from every segment so far, against the latest reference."""
-        triples = list(self.triples) + list(extra)
-        first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
-        keys = [speed_key(t.setting, speed_names(self.space)) for t in triples]
-        return Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
+        """Adds a run's iterations to the job's loss history and elapsed time (:class:`JobHistory`). The runner
+        calls this alone for iterations that make no triple: those trained under the old setting while the
+        tuner decided to leave it."""
+        self.history.observe(run)
 
     @property
-    def elapsed_s(self) -> float:  # wall time from the first iteration this manager saw to the latest
-        return self._walls[1] - self._walls[0] if self._walls else 0.0
+    def target_loss(self) -> float:
+        return self.history.target_loss
+
+    @target_loss.setter
+    def target_loss(self, value: float) -> None:
+        self.history.target_loss = value
+
+    @property
+    def reference(self) -> Reference | None:
+        """The job's curve, as the latest estimator fit describes it."""
+        return self.history.reference
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall time from the first iteration this manager saw to the latest."""
+        return self.history.elapsed_s
+
+    def speeds(self) -> Speeds:
+        """The settings' convergence speeds, from every segment so far (:meth:`JobHistory.speeds`)."""
+        return self.history.speeds()
 
     def _decide(self, run: SegmentRun) -> Decision:
         current = self.current
@@ -387,7 +359,7 @@ class TuningManager:
             self.draws.ahead = None
             return None, {}, 0.0, left, (f"the job is an estimated {self.time_share():.0%} through its time, too "
                                          "late for a random setting to pay off")
-        observations, best = self.usable_observations(), self.best_per_iteration_s()
+        observations, best = self.history.observations(), self.best_per_iteration_s()
         timed = self.lengths.timing.needed if best else None  # a random segment's iterations; seconds at best's pace
         self.draws.waste, self.draws.segment_s = None, self.lengths.min_segment_s if timed is None else timed * best
         if self.optimizer and len(observations) > 1 and best and self.overhead.affords_fit(self.elapsed_s):
@@ -407,14 +379,8 @@ class TuningManager:
         return ahead, plan(self.space.knobs, self.current, ahead, self.technique)
 
     def time_share(self) -> float:
-        """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""
-        remaining = latest_remaining_s(self.triples)
-        return self.elapsed_s / (self.elapsed_s + remaining) if remaining is not None and self.elapsed_s > 0 else 0.0
-
-    def usable_observations(self) -> list[Observation]:
-        """Every timed triple as the GP sees it: (setting, loss, time per iteration)."""
-        return [Observation(t.setting, t.loss_before, t.per_iteration_s, t.distance, t.source or "") for t in self.triples
-                if t.per_iteration_s is not None and math.isfinite(t.loss_before)]
+        """The job's estimated share of its time so far (:meth:`JobHistory.time_share`)."""
+        return self.history.time_share()
 
     def _online(self, run: SegmentRun, explore: bool = True) -> Decision:
         """Refit, then: exploit when a switch confidently pays, else explore when EI pays for its price, else stay.
@@ -450,6 +416,8 @@ class TuningManager:
         if isinstance(suggested, Decision):
             return suggested
         suggestion, iterations_left, loss_now = suggested
+        if self.trials.running is not None:  # its stint has run
+            return self._trial(iterations_left, loss_now)
         if self.decisions and not leaving_random and self.phase == "online" and first_run(self.triples, current) and (
                 tested := self._by_measurement(iterations_left, loss_now, FIRST_RUN)):
             return tested
@@ -462,8 +430,7 @@ class TuningManager:
                                 f"exploit {name}{' (back to a setting left recently)' if back else ''}: predicted "
                                 f"gain {prediction.gain_s:.3g} s exceeds the estimated cost {cost:.3g} s "
                                 f"({', '.join(sorted(parts))}), {prediction.confidence:.0%} sure")
-        back = [p for p in priced if leaving_random and p[0] == BEST_SEEN and p[1].gain_s > p[4]]
-        if back:
+        if back := [p for p in priced if leaving_random and p[0] == BEST_SEEN and p[1].gain_s > p[4]]:
             _, prediction, _, parts, cost, _ = back[0]
             return self._switch(prediction, parts, cost, ei,
                                 f"leave random setting {self.random_done}: the best setting seen is predicted "
@@ -472,6 +439,8 @@ class TuningManager:
                                 f"setting is kept only when predicted best)")
         if (measured := self._by_measurement(iterations_left, loss_now, RANDOM_SETTING if leaving_random else None)):
             return measured
+        if explore and (trial := self._trial(iterations_left, loss_now)):
+            return trial
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
         by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
@@ -507,13 +476,13 @@ class TuningManager:
         current = self.current
         if self.optimizer is None:
             return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
-        observations = self.usable_observations()
+        observations = self.history.observations()
         if len(observations) < 2:
             return Decision("online", current, current, False,
                             f"only {len(observations)} usable observation(s); the GP needs 2")
         if self.reference is None:  # inherited observations, but no estimate of this job's own curve yet
             return Decision("online", current, current, False, "no estimate of this job's curve yet: stay")
-        loss_now = loss_trend(self.job_steps, self.job_losses, self.job_steps[-1]) if self.job_steps else run.loss_now
+        loss_now = self.history.loss_now(run)
         iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
         if not iterations_left:
             return Decision("online", current, current, False,
@@ -531,18 +500,41 @@ class TuningManager:
         """A switch on measured times, or None: off ``leaving`` (:func:`measured_way_out`; off :data:`FIRST_RUN`
         back to the setting just left too), else but off that, to one measured again (:class:`Survey`: explores)."""
         speeds, names = self.speeds(), speed_names(self.space)
-        parts = partial(switch_parts, self.space.knobs, self.current)
         ask = (self.triples, self.current, iterations_left, lambda s: speeds.at(speed_key(s, names), loss).value,
-               lambda s: self.costs.estimate(parts(s)))
+               self._switch_cost)
         allowed, first = partial(_allowed, self.space, self.left_recently), leaving == FIRST_RUN
         found = measured_way_out(*ask, self.space.fits if first else allowed, leaving) if leaving else None
         self._judged_worse = found is not None
         if found is None and not first and (found := self.survey.next(*ask, self.exploration_left(), allowed)):
             self.budget.explore(self.best_per_iteration_s())  # its cost, and its segment against the best seen
-        if found is None:
-            return None
-        return Decision("online", self.current, found.setting, True, found.reason, cost_s=found.cost_s,
-                        parts=tuple(sorted(parts(found.setting))))
+        return found and self._measured_switch(found.setting, found.cost_s, found.reason)
+
+    def _trial(self, iterations_left: float, loss: float) -> Decision | None:
+        """A speed trial's start, or its end once its stint has run (:mod:`tfonline.tuner.trial`); or None."""
+        speeds, trial, allowed = self.speeds(), self.trials, partial(_allowed, self.space, self.left_recently)
+        speed, cost = (lambda s: speeds.at(trial.key(s), loss).log), self._switch_cost
+        if trial.running is None:
+            found = trial.start(self.triples, self.current, speed=speed, iterations_left=iterations_left, cost=cost,
+                                base_iterations=self.lengths.segment_iterations or 3 * self.current["worker"],
+                                allowed=allowed, left=self.exploration_left())
+            if found is not None:
+                self.budget.explore(self.best_per_iteration_s())  # its cost, and its stint against the best seen
+            return found and self._measured_switch(found.setting, found.cost_s, found.reason)
+        back, cost_s, reason = trial.end(self.triples, speed=speed, iterations_left=iterations_left, cost=cost,
+                                         allowed=self.space.fits)
+        if back is None:
+            return Decision("online", self.current, self.current, False, reason)
+        self._judged_worse = True
+        return self._measured_switch(back, cost_s, reason)
+
+    def _switch_cost(self, setting: dict[str, Any]) -> float:
+        """A switch's estimated cost, from the current setting to ``setting``."""
+        return self.costs.estimate(switch_parts(self.space.knobs, self.current, setting))
+
+    def _measured_switch(self, setting: dict[str, Any], cost_s: float, reason: str) -> Decision:
+        """A switch decided on measured times, not on the GP's prediction."""
+        parts = switch_parts(self.space.knobs, self.current, setting)
+        return Decision("online", self.current, setting, True, reason, cost_s=cost_s, parts=tuple(sorted(parts)))
 
     def left_recently(self, setting: dict[str, Any]) -> bool:
         """Whether the job left ``setting`` within the last :data:`RECENT_DECISIONS` decisions for one the GP
