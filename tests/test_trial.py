@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from tfonline.tuner.manager import Triple
+from tfonline.tuner.manager import Decision, Triple
 from tfonline.tuner.trial import MIN_CHANCE, MIN_SEGMENTS, MOST_SHARE, Trials, expected_gain, expected_loss
 
 pytestmark = pytest.mark.fast
@@ -72,10 +72,12 @@ def test_a_trials_stint_is_at_least_a_few_segments_and_at_most_a_share_of_what_i
         trials.segment_ended(stint)
         found = start(trials, [(1, 0.083), (3, 0.063)], setting(3), {1: (0.0, 0.25), 3: (0.0, 0.25)})
         assert found.iterations == iterations
-    # A decision that keeps the worker count keeps the stint; one that changes it starts a new one.
-    trials.decided(setting(3), setting(3, ps=2))
+    # A switch that keeps the worker count keeps the stint, and so does a decision to stay, whatever candidate it
+    # weighed; a switch to another worker count starts a new one.
+    trials.decided(Decision("online", setting(3), setting(3, ps=2), True, "exploit"))
+    trials.decided(Decision("online", setting(3, ps=2), setting(1), False, "EI does not exceed the price"))
     assert trials.stint == 5_000
-    trials.decided(setting(3), setting(1))
+    trials.decided(Decision("online", setting(3, ps=2), setting(1), True, "exploit"))
     assert trials.stint == 0
 
 

@@ -915,8 +915,9 @@ def test_a_flat_gp_leaves_a_slow_random_setting_for_the_best_one_measured():
     """A GP fit that predicts no difference anywhere (as a tuned CNN job's one fit did: NOTES.md, twenty-eighth
     session): here the real GP's suggestions with every gain and EI set to 0, and every confidence to 50%. The
     job leaves the last random setting, measured slower than the best seen, for that one, by measurement; and
-    then makes no switch the GP would have to predict: nothing is predicted to pay. (A speed trial may still run
-    another worker count, whose convergence speed no segment has measured yet: tfonline.tuner.trial.)"""
+    then makes no switch the GP would have to predict: nothing is predicted to pay. A speed trial (tfonline.tuner.trial)
+    still runs four workers, whose convergence speed no segment has measured, for one stint; they measure slower
+    per unit of progress, and the job goes back to the setting the trial left."""
     space = sim.space()
     manager = sim.make_manager(space, 0, 0.305)
     suggest = manager.optimizer.suggest
@@ -931,14 +932,16 @@ def test_a_flat_gp_leaves_a_slow_random_setting_for_the_best_one_measured():
                                          for c in real.candidates], best_known=level(real.best_known))
 
     manager.optimizer.suggest = flat
-    decisions = sim.SimulatedJob(0).drive(manager, 13)
+    decisions = sim.SimulatedJob(0).drive(manager, 15)
     last_random, first_online = decisions[9].candidate, decisions[10]
     per_progress = {setting_key(t.setting): sim.time_per_progress(t.setting) for t in manager.triples}
     best_seen = min(per_progress, key=per_progress.get)
     assert per_progress[setting_key(last_random)] > 1.3 * per_progress[best_seen] and len(per_progress) > 5
     assert first_online.switch and setting_key(first_online.candidate) == best_seen, first_online.reason
     assert first_online.reason.startswith("leave the random setting: by measurement")
-    assert all(d.reason.startswith("speed trial of worker ") for d in decisions[11:] if d.switch)
+    later = [d for d in decisions[11:] if d.switch]
+    assert [d.reason.split(":")[0] for d in later] == ["speed trial of worker 4", "speed trial ended"], later
+    assert later[1].candidate == later[0].current and later[1].reason.endswith(": back")
 
 
 def test_a_setting_the_gp_chose_that_measures_slower_is_left_for_the_best_one_measured():

@@ -274,7 +274,7 @@ class TuningManager:
         if self._refitted and self.optimizer.latest_fit is not None:
             decision = replace(decision, gp_fit=GPFit(*self.optimizer.latest_fit, decision.overhead_s))
         self.decisions += 1
-        self.trials.decided(self.current, decision.candidate)
+        self.trials.decided(decision)
         if decision.switch:
             if self._judged_worse:
                 self._left_at[setting_key(self.current)] = self.decisions

@@ -113,9 +113,10 @@ class Trials:
     def segment_ended(self, iterations: int) -> None:
         self.stint, self.pending = self.stint + iterations, False
 
-    def decided(self, current: dict[str, Any], next_setting: dict[str, Any]) -> None:
-        """A decision leaves ``next_setting`` running after ``current``: a stint of a speed key ends when it changes."""
-        if self.key(current) != self.key(next_setting):
+    def decided(self, decision) -> None:
+        """After a :class:`~tfonline.tuner._records.Decision`: the stint of a speed key ends when a switch changes
+        it (a decision to stay names the setting it weighed as its candidate)."""
+        if decision.switch and self.key(decision.current) != self.key(decision.candidate):
             self.stint = 0
 
     def cancel(self) -> None:
