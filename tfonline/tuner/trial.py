@@ -24,9 +24,10 @@ long enough to measure its speed, beside the current one's latest stint:
   as likely as the candidate is slower, the switch back and what its stint
   would lose: its seconds times E[(1 − e^X)⁺]), and the exploration budget
   covers the price. A speed key (:func:`~tfonline.tuner.convergence.speed_key`)
-  is tried once per job: afterwards both stints are in the speeds' fit.
-- **How long.** As many iterations as the current setting's latest stint
-  ran, at least :data:`MIN_SEGMENTS` segments' worth and at most
+  is tried once per job, and the key it leaves counts as compared:
+  afterwards both stints are in the speeds' fit.
+- **How long.** As many iterations as the current speed key's stint has
+  run so far, at least :data:`MIN_SEGMENTS` segments' worth and at most
   :data:`MOST_SHARE` of the iterations the candidate would still need:
   one segment, so that its slope is one regression.
 - **Then.** The two stints decide, by their measured times over the
