@@ -81,7 +81,6 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Callable, Sequence
 
-
 from tfonline.estimator import BaseEstimator
 from tfonline.exceptions import ConfigurationError
 from tfonline.setting import setting_key
