@@ -972,3 +972,22 @@ def test_a_setting_the_gp_chose_that_measures_slower_is_left_for_the_best_one_me
     measured = {setting_key(t.setting) for t in manager.triples[:4]}  # the initial and random segments' settings
     assert setting_key(tested.candidate) in measured
     assert sim.time_per_progress(tested.candidate) * (1 + SURPRISE) < sim.time_per_progress(first.candidate)
+
+
+def test_a_random_setting_just_measured_is_not_left_for_a_speed_trial():
+    """Worker counts only, from two workers (the best per unit of progress on the stale surface), one random
+    setting. Its one segment is no stint to compare a trial with (a tuned CNN job left a random setting timed over
+    4 iterations for a trial, then went back to it on that timing), so the decision that judges it never starts a
+    trial; later decisions may (on seed 4 a trial came straight after the random setting before)."""
+    first_online, later = [], []
+    for seed in range(6):
+        space = sim.stale_space()
+        manager = TuningManager(space, space.start({"worker": 2}), 0.305, lambda: get_estimator("hogwild"),
+                                initial_iterations=100, random_settings=1, segment_iterations=100, min_segment_s=0,
+                                seed=seed, overhead_share=None, exploration_budget=None)
+        decisions = sim.stale_job(seed).drive(manager, 4)
+        assert decisions[0].reason.startswith("initialisation: random setting 1 of 1")
+        first_online.append(decisions[1].reason)
+        later += [d.reason for d in decisions[2:]]
+    assert not any(reason.startswith("speed trial") for reason in first_online), first_online
+    assert any(reason.startswith("speed trial of worker ") for reason in later)

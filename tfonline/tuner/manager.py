@@ -438,7 +438,7 @@ class TuningManager:
                                 f"setting is kept only when predicted best)")
         if (measured := self._by_measurement(iterations_left, loss_now, RANDOM_SETTING if leaving_random else None)):
             return measured
-        if explore and (trial := self._trial(iterations_left, loss_now)):
+        if explore and not leaving_random and (trial := self._trial(iterations_left, loss_now)):
             return trial
         price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
                         segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)

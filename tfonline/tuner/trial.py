@@ -25,7 +25,10 @@ long enough to measure its speed, beside the current one's latest stint:
   would lose: its seconds times E[(1 − e^X)⁺]), and the exploration budget
   covers the price. A speed key (:func:`~tfonline.tuner.convergence.speed_key`)
   is tried once per job, and the key it leaves counts as compared:
-  afterwards both stints are in the speeds' fit.
+  afterwards both stints are in the speeds' fit. A random setting just
+  measured is not left for a trial: its segment is no stint to compare
+  with (in a tuned CNN job, a trial left one timed over 4 iterations, and
+  its end went back to it on that timing).
 - **How long.** As many iterations as the current speed key's stint has
   run so far, at least :data:`MIN_SEGMENTS` segments' worth and at most
   :data:`MOST_SHARE` of the iterations the candidate would still need:
