@@ -152,8 +152,9 @@ class Trials:
         worth = [p for p in priced if p[0] >= MIN_CHANCE and p[1] > p[2] and (left is None or p[2] <= left)]
         if not worth:
             return None
-        chance, gain, price, trial = max(worth, key=lambda p: p[1] - p[2])
-        self.running, self.origin, self.iterations, self.pending = dict(trial.setting), dict(current), trial.iterations, True
+        trial = max(worth, key=lambda p: p[1] - p[2])[3]  # the largest expected gain over its price
+        self.running, self.origin, self.iterations = dict(trial.setting), dict(current), trial.iterations
+        self.pending = True
         self.tried |= {self.key(trial.setting), now_key}
         return trial
 
