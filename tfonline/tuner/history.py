@@ -45,6 +45,7 @@ class JobHistory:
         self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
         self._walls: list[float] = []  # the first and the latest wall time seen
         self._first_loss: float | None = None  # the loss before this run's first segment
+        self._speeds: tuple | None = None  # (triples, reference, their Speeds): one fit serves a whole decision
 
     def add(self, triple: Triple) -> None:
         """Keeps a triple of this job's (:meth:`triple`)."""
@@ -110,11 +111,18 @@ class JobHistory:
                        speed=speed)
 
     def speeds(self, extra: Sequence[Triple] = ()) -> Speeds:
-        """The settings' convergence speeds, from every segment so far, against the latest reference."""
+        """The settings' convergence speeds, from every segment so far (and ``extra``), against the latest
+        reference. Without ``extra`` they are fitted once per set of triples and reference: a decision asks for
+        them up to four times (the GP's speeds, the measured rules, a speed trial)."""
+        if not extra and self._speeds is not None and self._speeds[:2] == (len(self.triples), id(self.reference)):
+            return self._speeds[3]
         triples = list(self.triples) + list(extra)
         first = max([t.loss_before for t in triples if math.isfinite(t.loss_before)] + [self._first_loss or -math.inf])
         keys = [speed_key(t.setting, self.names) for t in triples]
-        return Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
+        speeds = Speeds(keys, [t.slope for t in triples], self.reference, first, [t.source for t in triples])
+        if not extra:  # the reference is kept with them, so its id is not reused while they are
+            self._speeds = (len(self.triples), id(self.reference), self.reference, speeds)
+        return speeds
 
     def time_share(self) -> float:
         """The job's estimated share of its time so far: elapsed / (elapsed + the latest R̂); 0 before any R̂."""

@@ -35,8 +35,13 @@ class SegmentLengths:
         """Iterations the current segment should run, in ``phase``, on a setting of ``workers``."""
         if phase == "initial":
             return self.initial_iterations
-        length = self.stretch * (self.segment_iterations or 3 * int(workers))
+        length = self.stretch * self.base(workers)
         return max(length, self.timing.iterations() or 0)
+
+    def base(self, workers: int) -> int:
+        """A segment's iterations on a setting of ``workers``, before any stretch: ``segment_iterations``, or 3 ×
+        the workers (the paper's I)."""
+        return self.segment_iterations or 3 * int(workers)
 
     def seconds(self, elapsed_s: float) -> float:
         """The least duration of the current segment, ``elapsed_s`` into the job. A random setting's is not

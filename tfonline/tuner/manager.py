@@ -514,7 +514,7 @@ class TuningManager:
         speed, cost = (lambda s: speeds.at(trial.key(s), loss).log), self._switch_cost
         if trial.running is None:
             found = trial.start(self.triples, self.current, speed=speed, iterations_left=iterations_left, cost=cost,
-                                base_iterations=self.lengths.segment_iterations or 3 * self.current["worker"],
+                                base_iterations=self.lengths.base(self.current["worker"]),
                                 allowed=allowed, left=self.exploration_left())
             if found is not None:
                 self.budget.explore(self.best_per_iteration_s())  # its cost, and its stint against the best seen

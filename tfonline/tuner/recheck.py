@@ -91,6 +91,14 @@ def _timed(triples: Sequence) -> list:
     return [t for t in triples if t.source is None and t.per_iteration_s is not None]
 
 
+def mean_times(triples: Sequence) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Each setting this job ran, by its key: its mean time per iteration over its timed segments, and itself."""
+    runs: dict[str, list] = {}
+    for triple in _timed(triples):
+        runs.setdefault(setting_key(triple.setting), []).append(triple)
+    return {key: (statistics.mean(t.per_iteration_s for t in ts), ts[-1].setting) for key, ts in runs.items()}
+
+
 class Survey:
     """The survey's state across decisions (see the module's docstring)."""
 
@@ -170,19 +178,13 @@ def measured_way_out(triples: Sequence, current: dict[str, Any], iterations_left
     :data:`SURPRISE` above it and the gain over the iterations left pays for the switch; else None. (A tuned CNN
     job stayed its whole online phase on a random setting at 0.104 s per iteration, against 0.066-0.072 for five
     settings it had measured: its GP's one fit predicted no difference.)"""
-    runs: dict[str, list] = {}
-    for triple in _timed(triples):
-        runs.setdefault(setting_key(triple.setting), []).append(triple)
-
-    def per_progress(segments: list) -> float:
-        return statistics.mean(t.per_iteration_s for t in segments) / speed(segments[-1].setting)
-
-    here = runs.get(setting_key(current))
-    others = [(per_progress(segments), segments[-1].setting) for key, segments in runs.items()
-              if key != setting_key(current) and allowed(segments[-1].setting)]
+    times = mean_times(triples)
+    here = times.get(setting_key(current))
+    others = [(time / speed(setting), setting) for key, (time, setting) in times.items()
+              if key != setting_key(current) and allowed(setting)]
     if here is None or not others:
         return None
-    now, (best, setting) = per_progress(here), min(others, key=lambda o: o[0])
+    now, (best, setting) = here[0] / speed(here[1]), min(others, key=lambda o: o[0])
     price = cost(setting)
     if not now > best * (1 + SURPRISE) or (now - best) * iterations_left <= price:
         return None

@@ -42,12 +42,12 @@ long enough to measure its speed, beside the current one's latest stint:
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from tfonline.setting import setting_key
 from tfonline.tuner.convergence import speed_key
+from tfonline.tuner.recheck import mean_times
 
 Speed = Callable[[dict[str, Any]], tuple[float, float]]  # a setting's mean and variance of log ρ̃ at today's loss
 Cost = Callable[[dict[str, Any]], float]  # a switch's estimated cost, to a setting
@@ -85,17 +85,7 @@ class TrialStart:
     setting: dict[str, Any]
     iterations: int
     cost_s: float
-    price_s: float
     reason: str
-
-
-def _mean_times(triples: Sequence) -> dict[str, tuple[float, dict[str, Any]]]:
-    """Each setting this job ran, by its key: its mean time per iteration over its timed segments, and itself."""
-    times: dict[str, list] = {}
-    for t in triples:
-        if t.source is None and t.per_iteration_s is not None:
-            times.setdefault(setting_key(t.setting), []).append(t)
-    return {key: (statistics.mean(t.per_iteration_s for t in ts), ts[-1].setting) for key, ts in times.items()}
 
 
 class Trials:
@@ -136,7 +126,7 @@ class Trials:
         ``base_iterations``: a segment's before any stretch; ``cost``: a switch's estimated cost from the current
         setting; ``allowed``: whether the job may switch to a setting; ``left``: the exploration budget left
         (None: no budget)."""
-        times = _mean_times(triples)
+        times = mean_times(triples)
         if self.running is not None or setting_key(current) not in times or not iterations_left > 0:
             return None
         now_key = self.key(current)
@@ -168,7 +158,7 @@ class Trials:
                              MOST_SHARE * iterations_left / math.exp(mean_k)))
         price = switch_s + (1 - chance) * switch_s + iterations * per_iteration_s * expected_loss(d, sd)
         knobs = ", ".join(f"{name} {value}" for name, value in zip(self.names, self.key(setting)))
-        return chance, gain, price, TrialStart(dict(setting), iterations, switch_s, price, (
+        return chance, gain, price, TrialStart(dict(setting), iterations, switch_s, (
             f"speed trial of {knobs}: {setting} may finish sooner ({chance:.0%} likely by the speeds' "
             f"uncertainty: log speed-up {d:+.2f} ± {sd:.2f}); its expected gain over the time left, {gain:.3g} s, "
             f"exceeds the trial's price {price:.3g} s; {iterations} iterations measure its convergence speed"))
@@ -179,7 +169,7 @@ class Trials:
         :meth:`start`; ``cost``: a switch's estimated cost from the trial's setting."""
         trial, origin = self.running, self.origin
         self.running = self.origin = None
-        times = _mean_times(triples)
+        times = mean_times(triples)
         per_trial = times[setting_key(trial)][0] / math.exp(speed(trial)[0])
         per_origin = times[setting_key(origin)][0] / math.exp(speed(origin)[0])
         price, gain = cost(origin), (per_trial - per_origin) * iterations_left
