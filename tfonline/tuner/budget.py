@@ -101,10 +101,11 @@ class OverheadBudget:
         if refitted:
             self.fit_cost_s = overhead_s
 
-    def segment_seconds(self, least_s: float, elapsed_s: float) -> float:
+    def segment_seconds(self, least_s: float, elapsed_s: float, pending_s: float = 0.0) -> float:
         """How long the segment that begins after a decision at ``elapsed_s`` lasts at least: ``least_s``, and
-        until the tuner's time so far is within the share of the job's."""
-        return least_s if self.share is None else max(least_s, self.spent_s / self.share - elapsed_s)
+        until the tuner's time so far (and ``pending_s``, the CPU of a decision still being taken) is within
+        the share of the job's."""
+        return least_s if self.share is None else max(least_s, (self.spent_s + pending_s) / self.share - elapsed_s)
 
     def affords_fit(self, elapsed_s: float) -> bool:
         """Whether the share of the job so far pays for the tuner's time so far and one more decision that fits

@@ -129,11 +129,14 @@ def segment_waste(fitted, best_s: float, timed: bool = False) -> Callable[[list[
 
 
 def explore_price(prediction, cost: float, current_s: float, iterations_left: float,
-                  segment_iterations: int | None, min_segment_s: float) -> float:
+                  segment_iterations: int | None, min_segment_s: float, held_s: float = 0.0) -> float:
     """What exploring a candidate costs: its switch, and as likely as it is worse, one segment's loss
-    (the GP's mean slowdown over a segment of the current length) and the switch back."""
+    (the GP's mean slowdown over a segment of the current length, or of ``held_s``, the seconds the tuner's
+    overhead share holds the next segment to, if longer) and the switch back. A tuned CNN job explored a
+    setting predicted 19 s slower, priced at 0.84 s for a segment of 2 s, right after a GP fit of 3.6 s of
+    CPU: the share held that segment 170 s (NOTES.md, thirty-second session)."""
     slowdown = max(0.0, prediction.remaining_s / current_s - 1.0) if current_s > 0 else 0.0
     per_iteration = current_s / iterations_left
     iterations = segment_iterations or 3 * int(prediction.setting["worker"])
-    segment_s = max(min_segment_s, iterations * per_iteration)
+    segment_s = max(min_segment_s, iterations * per_iteration, held_s)
     return cost + (1.0 - prediction.confidence) * (slowdown * segment_s + cost)

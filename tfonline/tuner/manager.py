@@ -229,6 +229,7 @@ class TuningManager:
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
         self._refitted = False  # the decision being taken fitted the GP's hyperparameters
+        self._started = 0.0  # its thread's CPU time when it began
         self.survey = Survey()  # settings measured again once the current one is seen to change
         self.trials = Trials(speed_names(space))  # another worker count run long enough to measure its speed
 
@@ -259,7 +260,7 @@ class TuningManager:
         machine, where the tuner's thread waits for a core while the workers
         train on (the LogR benchmark: 2.0 s of CPU, 6.5 s of wall time).
         """
-        started, self._refitted = time.thread_time(), False
+        self._started, self._refitted = time.thread_time(), False
         triple = self.history.triple(run)
         self.history.add(triple)
         self.history.observe(run)
@@ -267,7 +268,7 @@ class TuningManager:
         self.budget.segment_ended(triple.per_iteration_s, max(0, len(run.walls) - run.warmup - 1))
         self.trials.segment_ended(len(run.steps))
         decision = self._decide(run)
-        decision = replace(decision, overhead_s=time.thread_time() - started,
+        decision = replace(decision, overhead_s=time.thread_time() - self._started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
         self.overhead.decided(decision.overhead_s, self._refitted)
         if self._refitted and self.optimizer.latest_fit is not None:
@@ -440,9 +441,8 @@ class TuningManager:
             return measured
         if explore and not leaving_random and (trial := self._trial(iterations_left, loss_now)):
             return trial
-        price = partial(explore_price, current_s=suggestion.current_s, iterations_left=iterations_left,
-                        segment_iterations=self.lengths.segment_iterations, min_segment_s=self.lengths.min_segment_s)
-        by_ei = [p + (price(p[1], p[4]),) for p in priced if p[2] is not None and not p[5]]
+        by_ei = [p + (self._explore_price(p[1], p[4], suggestion.current_s, iterations_left),) for p in priced
+                 if p[2] is not None and not p[5]]
         if not by_ei:
             recent = "was left recently" if any(p[2] is not None for p in priced) else "is the current one"
             return Decision("online", current, suggestion.setting, False, f"the best setting by EI {recent}",
@@ -468,6 +468,13 @@ class TuningManager:
                             f"explore {name}: EI {ei:.3g} s exceeds the price of exploring {price:.3g} s (switch "
                             f"{cost:.3g} s: {', '.join(sorted(parts))}); predicted gain {prediction.gain_s:.3g} s"
                             f"{budget}")
+
+    def _explore_price(self, prediction, cost: float, current_s: float, iterations_left: float) -> float:
+        """:func:`explore_price`, over the segment the overhead share holds the next one to, this decision's CPU
+        so far counted."""
+        held_s = self.overhead.segment_seconds(0.0, self.elapsed_s, time.thread_time() - self._started)
+        return explore_price(prediction, cost, current_s, iterations_left, self.lengths.segment_iterations,
+                             self.lengths.min_segment_s, held_s)
 
     def _suggest(self, run: SegmentRun):
         """The GP's suggestion at the job's loss trend, the iterations left there and that loss; or a Decision
