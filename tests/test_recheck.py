@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tfonline.tuner import Triple
-from tfonline.tuner.recheck import FIRST_RUN, MOST_RECHECKS, SURPRISE, Survey, first_run, measured_way_out, stint_change
+from tfonline.tuner.recheck import (FIRST_RUN, MOST_RECHECKS, SURPRISE, Survey, first_run, measured_way_out,
+                                    sooner_beyond_noise, stint_change)
 
 pytestmark = pytest.mark.fast
 
@@ -125,3 +126,23 @@ def test_a_setting_run_for_the_first_time_is_the_latest_segments_and_no_earlier_
                            FIRST_RUN)
     assert out.reason.startswith("leave a setting run for the first time: by measurement, the best setting seen ")
     assert out.reason.endswith("more than the estimated cost 1 s; it was predicted faster")
+
+
+def test_a_setting_is_sooner_beyond_noise_only_when_its_segments_say_so_past_their_scatter():
+    """Two settings' segments (ms per iteration); z = 1.645. The CNN's two settings that differed in CSE alone
+    ran 73-78 ms alike: not sooner. A clear gap is; one segment has no measured noise; different speeds add
+    their variances, and a slower convergence speed can undo a faster time per iteration."""
+    def beyond(here, there, speed=lambda s: (0.0, 0.0), shared=True):
+        triples = [measured(1, ms) for ms in here] + [measured(2, ms) for ms in there]
+        return sooner_beyond_noise(triples, {"worker": 1}, {"worker": 2}, speed, shared, 1.645)
+
+    assert not beyond([75.8, 77.8, 74.8], [72.7, 76.8, 75.8])  # the CNN's ping-pong
+    assert beyond([75.8, 77.8, 74.8], [60.1, 61.5, 60.8])
+    assert not beyond([75.8, 77.8, 74.8], [60.1])  # one segment: its noise is unknown
+    assert not beyond([75.8], [60.1, 61.5, 60.8])
+    uncertain = lambda s: (0.0, 0.01)  # noqa: E731  (log speed's SD 0.1 each, 0.14 together)
+    # a 7% gap, 5.6 standard errors of the times: beyond, unless two speeds of SD 0.1 each are not shared
+    assert not beyond([75.8, 77.8, 74.8], [70.1, 71.5, 70.8], speed=uncertain, shared=False)
+    assert beyond([75.8, 77.8, 74.8], [70.1, 71.5, 70.8], speed=uncertain, shared=True)
+    slower = lambda s: (-0.3 if s["worker"] == 2 else 0.0, 0.0)  # noqa: E731  (needs e^0.3 = 1.35x the iterations)
+    assert not beyond([75.8, 77.8, 74.8], [60.1, 61.5, 60.8], speed=slower, shared=False)

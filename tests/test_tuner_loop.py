@@ -106,6 +106,36 @@ def test_exploring_is_priced_at_the_segment_the_overhead_share_holds_it_to(spent
     assert decision.reason.startswith("explore s*:" if explores else "EI 30 s does not exceed the price of exploring")
 
 
+@pytest.mark.parametrize("faster, returns", [(1.0, False), (0.7, True)])
+def test_going_back_to_a_setting_left_recently_needs_its_segments_faster_beyond_their_noise(faster, returns):
+    """The job leaves setting A for B on the GP's word, then the GP calls A better, 100% sure. A tuned CNN job
+    went back and forth five times so, between settings its segments timed alike. Back to A needs A's segments
+    ``faster`` than B's beyond their scatter: alike, the job stays on B; 30% faster, it goes back."""
+    space = sim.space()
+    probe = sim.make_manager(space, 0)
+    a = dict(probe.current)
+    b = dict(a, inter_op_parallelism_threads=max(space.values["inter_op_parallelism_threads"]))
+    t_b = sim.seconds_per_iteration(b)
+    history = ([Triple(a, 0.6, t_b * faster * f, 100.0, 1.0) for f in (1.0, 1.02, 0.98)]
+               + [Triple(b, 0.6, t_b * f, 100.0, 1.0) for f in (1.01, 0.99)])
+    manager = sim.make_manager(space, 0, 0.305, random_settings=0, history=history, exploration_budget=None)
+    answers = iter([(b, a), (a, b)])  # (the setting predicted 50 s sooner, the current one)
+
+    def suggest(observations, loss, current, **kwargs):
+        better, here = next(answers)
+        assert current == here
+        prediction = _gpyopt.Prediction(better, 50.0, 50.0, 1.0)
+        return _gpyopt.Suggestion([_gpyopt.Candidate(here, 0.0, _gpyopt.Prediction(here, 100.0, 0.0, 0.5))],
+                                  100.0, prediction)
+
+    manager.optimizer.suggest = suggest  # the GP's answers, fixed: what the loop does with them is tested
+    left, back = sim.SimulatedJob(0, 0.305).drive(manager, 2)
+    assert left.switch and left.candidate == b, left.reason
+    assert back.switch == returns and (back.candidate == a) == returns, back.reason
+    if returns:
+        assert back.reason.startswith("exploit the best setting seen (back to a setting left recently)")
+
+
 def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():
     space = sim.space()
     manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6, "compile": 1e6}),

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from dataclasses import replace
 from functools import partial
@@ -91,7 +92,7 @@ from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time, 
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.tuner.lengths import SegmentLengths
-from tfonline.tuner.recheck import FIRST_RUN, RANDOM_SETTING, Survey, first_run, measured_way_out
+from tfonline.tuner.recheck import FIRST_RUN, RANDOM_SETTING, Survey, first_run, measured_way_out, sooner_beyond_noise
 from tfonline.tuner.history import JobHistory
 from tfonline.tuner.space import KnobSpace
 from tfonline.tuner.trial import Trials
@@ -106,11 +107,14 @@ EXPLORATION_BUDGET = 0.08
 # sure that the candidate is better than the current setting.
 CONFIDENCE = 0.8
 # Going back to a setting the job left in the last RECENT_DECISIONS decisions
-# for one predicted better needs this much confidence, and exploring never
-# goes back to one (TuningManager.left_recently): evidence beyond the noise it
-# was left on (a resumed job ping-ponged 11 times between two layouts).
+# for one predicted better needs this much confidence, and the job's segments
+# must show it faster beyond their noise at that confidence (_exploits);
+# exploring never goes back to one (TuningManager.left_recently): evidence
+# beyond the noise it was left on (a resumed job ping-ponged 11 times between
+# two layouts).
 RECENT_DECISIONS = 2
 RETURN_CONFIDENCE = 0.95
+RETURN_Z = statistics.NormalDist().inv_cdf(RETURN_CONFIDENCE)
 BEST_SEEN = "the best setting seen"  # the online candidate that is the observed setting predicted best
 # The tuner's decisions (the GP's fits, mostly) may take at most this share of
 # the job: a segment lasts at least 1/OVERHEAD_SHARE times the latest decision.
@@ -153,17 +157,30 @@ def _priced(suggestion, knobs, current: dict[str, Any], costs: CostModel,
     return priced
 
 
-def _exploits(priced: list[tuple], observed: Sequence[dict[str, Any]]) -> list[tuple]:
+def _exploits(priced: list[tuple], triples: Sequence[Triple], current: dict[str, Any], speed: SpeedOf) -> list[tuple]:
     """The priced candidates (:func:`_priced`) a switch may exploit: the GP's mean gain exceeds the switch's
-    cost, it is :data:`CONFIDENCE` sure the candidate is better (:data:`RETURN_CONFIDENCE` for a setting left
-    recently), and the candidate's compiling knobs (XLA) are at levels some ``observed`` setting had: the GP
-    knows nothing of a level never run, and a wrong guess there costs a compile. In the sweep benchmark, a CNN
-    job predicted hundreds of seconds slower on 3 workers than on any other count "exploited" 2 workers with
-    XLA, never run by it or the jobs before it, and trained 72 s at 1.4x the time per iteration of the same
-    layout without XLA. Such a switch may still explore."""
-    levels = {(name, s.get(name)) for s in observed for name in COMPILING_KNOBS}
+    cost, it is :data:`CONFIDENCE` sure the candidate is better, and the candidate's compiling knobs (XLA) are
+    at levels some setting of ``triples`` (or ``current``) had: the GP knows nothing of a level never run, and a
+    wrong guess there costs a compile. In the sweep benchmark, a CNN job predicted hundreds of seconds slower on
+    3 workers than on any other count "exploited" 2 workers with XLA, never run by it or the jobs before it, and
+    trained 72 s at 1.4x the time per iteration of the same layout without XLA. Such a switch may still explore.
+
+    Going back to a setting left recently needs :data:`RETURN_CONFIDENCE`, and the job's own segments must
+    show it sooner than the current one beyond their noise at that confidence
+    (:func:`~tfonline.tuner.recheck.sooner_beyond_noise`; ``speed``: the convergence speeds, as the GP read
+    them). A tuned CNN job went back and forth five times between two settings that differed in common
+    subexpression elimination alone, each time "100% sure" of a gain of 1-15 s, on a GP whose only fit had
+    seen 9 observations; the two ran 0.073-0.078 s per iteration alike (NOTES.md, thirty-second session)."""
+    levels = {(name, s.get(name)) for s in [t.setting for t in triples] + [current] for name in COMPILING_KNOBS}
+
+    def log_speed(setting):
+        return speed.log(speed_key(setting, speed.names))
+
+    def may(p):
+        return not p[5] or sooner_beyond_noise(triples, current, p[1].setting, log_speed, shared=(
+            speed_key(current, speed.names) == speed_key(p[1].setting, speed.names)), z=RETURN_Z)
     return [p for p in priced
-            if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE)
+            if p[1].gain_s > p[4] and p[1].confidence >= (RETURN_CONFIDENCE if p[5] else CONFIDENCE) and may(p)
             and all((name, p[1].setting.get(name)) in levels for name in COMPILING_KNOBS)]
 
 
@@ -415,7 +432,7 @@ class TuningManager:
         suggested = self._suggest(run)
         if isinstance(suggested, Decision):
             return suggested
-        suggestion, iterations_left, loss_now = suggested
+        suggestion, iterations_left, loss_now, speed = suggested
         if self.trials.running is not None:  # its stint has run
             return self._trial(iterations_left, loss_now)
         if self.decisions and not leaving_random and self.phase == "online" and first_run(self.triples, current) and (
@@ -423,7 +440,7 @@ class TuningManager:
             return tested
         ei = suggestion.expected_improvement_s
         priced = _priced(suggestion, self.space.knobs, current, self.costs, self.left_recently)
-        paying = _exploits(priced, [t.setting for t in self.triples] + [current])
+        paying = _exploits(priced, self.triples, current, speed)
         if paying:
             name, prediction, _, parts, cost, back = max(paying, key=lambda p: p[1].gain_s - p[4])
             return self._switch(prediction, parts, cost, ei,
@@ -477,8 +494,8 @@ class TuningManager:
                              self.lengths.min_segment_s, held_s)
 
     def _suggest(self, run: SegmentRun):
-        """The GP's suggestion at the job's loss trend, the iterations left there and that loss; or a Decision
-        to stay when there is nothing to suggest."""
+        """The GP's suggestion at the job's loss trend, the iterations left there, that loss and the speeds the
+        GP read; or a Decision to stay when there is nothing to suggest."""
         current = self.current
         if self.optimizer is None:
             return Decision("online", current, current, False, "every knob is pinned: nothing to tune")
@@ -500,7 +517,7 @@ class TuningManager:
                                             iterations_left=iterations_left, speed=speed,
                                             refit=self.overhead.refit_due(self.elapsed_s) and not self._refitted)
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
-        return suggestion, iterations_left, loss_now
+        return suggestion, iterations_left, loss_now, speed
 
     def _by_measurement(self, iterations_left: float, loss: float, leaving: str | None) -> Decision | None:
         """A switch on measured times, or None: off ``leaving`` (:func:`measured_way_out`; off :data:`FIRST_RUN`

@@ -44,6 +44,7 @@ the GP wrong about it (:func:`first_run`), before the GP's next guess.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -85,6 +86,33 @@ def stint_change(triples: Sequence, current: dict[str, Any]) -> tuple[float, flo
         return None
     now, before = stint[0], statistics.median(stint[1:])
     return (before, now) if now > before * (1 + SURPRISE) else None
+
+
+def sooner_beyond_noise(triples: Sequence, current: dict[str, Any], candidate: dict[str, Any],
+                        speed: Callable[[dict[str, Any]], tuple[float, float]], shared: bool, z: float) -> bool:
+    """Whether ``candidate`` finishes sooner than ``current`` by this job's timed segments, beyond their noise.
+
+    D is the mean log time per iteration of the current setting's segments
+    less the candidate's, plus the candidate's mean log convergence speed
+    less the current's (``speed``: a setting's mean and variance of log ρ̃);
+    its variance, each side's variance of log time over its segments divided
+    by their number, plus both speeds' variances unless the two share their
+    speed (``shared``: one speed key, whose uncertainty cancels).
+    True when D exceeds ``z`` standard deviations. A setting with fewer than
+    two timed segments has no measured noise: False.
+    """
+    logs: dict[str, list[float]] = {setting_key(current): [], setting_key(candidate): []}
+    for triple in _timed(triples):
+        logs.get(setting_key(triple.setting), []).append(math.log(triple.per_iteration_s))
+    here, there = logs[setting_key(current)], logs[setting_key(candidate)]
+    if len(here) < 2 or len(there) < 2:
+        return False
+    (mean_c, var_c), (mean_k, var_k) = speed(current), speed(candidate)
+    d = statistics.mean(here) - statistics.mean(there) + mean_k - mean_c
+    variance = statistics.variance(here) / len(here) + statistics.variance(there) / len(there)
+    if not shared:
+        variance += var_c + var_k
+    return d > z * math.sqrt(variance)
 
 
 def _timed(triples: Sequence) -> list:
