@@ -136,6 +136,35 @@ def test_going_back_to_a_setting_left_recently_needs_its_segments_faster_beyond_
         assert back.reason.startswith("exploit the best setting seen (back to a setting left recently)")
 
 
+@pytest.mark.parametrize("measured", [False, True])
+def test_the_first_segment_of_a_chosen_setting_no_segment_has_timed_is_not_stretched_for_the_share(measured):
+    """The tuner is 10 s of CPU over its 5% share when it exploits s*. If no segment of the job has timed s*, its
+    segment runs its usual length (0 s here), and the next decision leaves it (it runs 8x slower than the best
+    seen); the segment after that one pays the share. A setting timed before is stretched at once."""
+    space = sim.space()
+    rng = random.Random(2)
+    history = [Triple(dict(space.sample(rng), ps=2, worker=1), 0.6, 0.01, 100.0, 1.0) for _ in range(6)]
+    manager = sim.make_manager(space, 0, 0.305, random_settings=0, history=history, overhead_share=0.05)
+    target = history[0].setting if measured else dict(history[0].setting, ps=1)
+    answers = iter([target, target])
+
+    def suggest(observations, loss, current, **kwargs):
+        better = next(answers)
+        return _gpyopt.Suggestion([_gpyopt.Candidate(better, 50.0, _gpyopt.Prediction(better, 50.0, 50.0, 1.0))],
+                                  100.0, None)
+
+    manager.optimizer.suggest = suggest  # the GP's answers, fixed: what the loop does with them is tested
+    manager.overhead.decided(10.0, False)
+    job = sim.SimulatedJob(0, 0.305)
+    (exploit,) = job.drive(manager, 1)
+    assert exploit.switch and exploit.candidate == target, exploit.reason
+    owed = manager.overhead_s / 0.05 - manager.elapsed_s
+    assert owed > 100 and manager.segment_seconds() == pytest.approx(owed if measured else 0.0)
+    (after,) = job.drive(manager, 1)
+    assert measured or after.reason.startswith("leave a setting run for the first time"), after.reason
+    assert manager.segment_seconds() == pytest.approx(manager.overhead_s / 0.05 - manager.elapsed_s)
+
+
 def test_the_gate_blocks_a_switch_that_costs_more_than_it_gains():
     space = sim.space()
     manager = sim.make_manager(space, 0, cost_model=CostModel({"I-a": 1e6, "I-b": 1e6, "II": 1e6, "compile": 1e6}),
@@ -619,22 +648,28 @@ def test_without_a_budget_the_random_phase_runs_all_its_settings():
 def test_a_segment_lasts_long_enough_for_the_decisions_to_take_at_most_their_share(share):
     """overhead_share: after each decision, the next segment lasts until the tuner's time so far is within the
     share of the job's (deciding takes at most that share of the job, give or take the latest decision); None
-    leaves only min_segment_s (0 here). A random setting's segment is not stretched so (the next test)."""
+    leaves only min_segment_s (0 here). A random setting's segment is not stretched so (the next test), nor the
+    first of a chosen setting no segment of the job has timed."""
     space = sim.space()
     manager = sim.make_manager(space, 0, overhead_share=share)
-    job = sim.SimulatedJob(0)
-    for _ in range(12):
+    job, stretched = sim.SimulatedJob(0), 0
+    for _ in range(16):
         (decision,) = job.drive(manager, 1)
         assert decision.overhead_s > 0
         expected = 0.0 if share is None else max(0.0, manager.overhead_s / share - manager.elapsed_s)
-        assert manager.segment_seconds() == pytest.approx(0.0 if manager.lengths.timing.random else expected)
+        unstretched = manager.lengths.timing.random or manager.lengths.unmeasured
+        assert manager.segment_seconds() == pytest.approx(0.0 if unstretched else expected)
+        stretched += not unstretched and expected > 0
+    if share == 0.02:  # the tuner is over 2% of these short simulated segments after every decision
+        assert stretched > 0
 
 
 def test_a_random_settings_segment_is_not_stretched_when_a_fit_takes_the_tuner_over_its_share():
     """The random phase prices its draws with the GP once the share pays for a fit at the guessed cost
     (FIRST_FIT_S); a fit that costs more (1 s of CPU here) takes the tuner over its share. The random setting's
     segment still ends once timed: the next random decisions fit no more until the share pays, and the first
-    online segment lasts until the tuner is within its share again."""
+    online segment on a setting the job has timed lasts until the tuner is within its share again (one no segment
+    has timed runs its usual length first)."""
     space = sim.space()
     share = 0.1
     manager = sim.make_manager(space, 0, overhead_share=share)
@@ -654,7 +689,12 @@ def test_a_random_settings_segment_is_not_stretched_when_a_fit_takes_the_tuner_o
         if decision.phase == "random":
             assert manager.segment_seconds() == 0.0  # min_segment_s is 0 here
             over_share.append(over > 0)
-    assert decision.phase == "online" and manager.segment_seconds() == pytest.approx(max(0.0, over))
+    assert decision.phase == "online"
+    if manager.lengths.unmeasured:
+        assert manager.segment_seconds() == 0.0
+        (decision,) = job.drive(manager, 1)
+        over = manager.overhead_s / share - manager.elapsed_s
+    assert not manager.lengths.unmeasured and manager.segment_seconds() == pytest.approx(max(0.0, over))
     assert any(over_share) and sum(over_share) < len(over_share)  # over its share after the fit, then back
 
 

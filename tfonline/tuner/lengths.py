@@ -30,6 +30,7 @@ class SegmentLengths:
         self.overhead = overhead
         self.stretch = 1
         self.timing = Timing(most_s=self.min_segment_s)  # a random setting's segment (timing.random: one runs)
+        self.unmeasured = False  # the current setting has no timed segment in this job yet
 
     def iterations(self, phase: str, workers: int) -> int:
         """Iterations the current segment should run, in ``phase``, on a setting of ``workers``."""
@@ -48,9 +49,13 @@ class SegmentLengths:
         stretched for the overhead's share: the setting was drawn, not chosen, and each second on it may be a
         second lost (a tuned CNN job ran a random setting 54 s, a fifth of the job, after a first GP fit that
         took 1.7 s of CPU, not the 0.5 s guessed); the decisions that follow fit the GP only once the share
-        pays for it (:meth:`~tfonline.tuner.budget.OverheadBudget.affords_fit`)."""
+        pays for it (:meth:`~tfonline.tuner.budget.OverheadBudget.affords_fit`). Nor is the first segment of a
+        setting the GP chose but no segment of this job has timed (``unmeasured``): it measures a prediction,
+        and the next decision leaves it if the GP was wrong (a tuned CNN job's first exploit, of a setting
+        predicted 1,210 s sooner, ran 76 s at 1.5x the time per iteration of the best seen before the share let
+        that decision come). The segments after either are stretched as much as the share then asks."""
         least = self.stretch * self.min_segment_s if self.timing.iterations() is None else 0.0
-        return least if self.timing.random else self.overhead.segment_seconds(least, elapsed_s)
+        return least if self.timing.random or self.unmeasured else self.overhead.segment_seconds(least, elapsed_s)
 
     def decided(self, switch: bool) -> None:
         """A decision was taken: a switch starts the stretch over, staying doubles it (up to :data:`MAX_STRETCH`)."""

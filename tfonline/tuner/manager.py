@@ -92,7 +92,8 @@ from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time, 
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.tuner.lengths import SegmentLengths
-from tfonline.tuner.recheck import FIRST_RUN, RANDOM_SETTING, Survey, first_run, measured_way_out, sooner_beyond_noise
+from tfonline.tuner.recheck import (FIRST_RUN, RANDOM_SETTING, Survey, first_run, mean_times, measured_way_out,
+                                    sooner_beyond_noise)
 from tfonline.tuner.history import JobHistory
 from tfonline.tuner.space import KnobSpace
 from tfonline.tuner.trial import Trials
@@ -296,7 +297,7 @@ class TuningManager:
             if self._judged_worse:
                 self._left_at[setting_key(self.current)] = self.decisions
             self.current = dict(decision.candidate)
-        self._judged_worse = False
+        self._judged_worse, self.lengths.unmeasured = False, setting_key(self.current) not in mean_times(self.triples)
         return decision
 
     def moved_to(self, setting: dict[str, Any], back_to: int | None = None) -> None:
