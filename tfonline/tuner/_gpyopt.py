@@ -56,8 +56,8 @@ GP_FIT_RESTARTS = 2  # L-BFGS starts per fit: GPy's initial hyperparameters, and
 # lower were of 12-24 observations: a young fit is a poor start. Warm from any
 # size, the known-surface loop test (tests/test_tuner_loop.py) lost its seed 0
 # (12 of 30 decisions within 10% of the optimum, 25 cold); from 30, its seeds
-# 0-5 and the CNN-like job's six decided as cold fits do, in a third of the CPU
-# on the latter (NOTES.md, thirty-second session).
+# 0-5 gave the cold fits' counts, and the CNN-like job's six seeds their times
+# and worker counts, in 146 s of CPU against 519 s (NOTES.md, thirty-second session).
 WARM_GROWTH = 1.5
 WARM_FROM = MAX_OBSERVATIONS
 
