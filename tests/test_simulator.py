@@ -148,8 +148,12 @@ def test_the_tuners_decisions_take_at_most_their_share_of_the_simulated_job(simu
                         "on d.job_id = f.job_id and d.step = f.step where f.job_id = ?", (tuned.job_id,)).fetchall()
     assert 1 <= len(fits) < len(costs) and all(cost == overhead for cost, overhead, _ in fits)
     assert all(len(json.loads(h)) > 5 for _, _, h in fits)
-    # most online decisions take the latest fit's hyperparameters, at a quarter of a fit's cost or less
-    assert len(costs) >= 4 and sum(c < min(cost for cost, _, _ in fits) / 4 for c in costs) >= 3
+    # most online decisions take the latest fit's hyperparameters, far cheaper than a fit: their median (robust
+    # to the few a loaded machine slows) at a quarter of the cheapest fit's cost or less
+    cheapest = min(cost for cost, _, _ in fits)
+    unfitted = sorted(c for c in costs if c not in {cost for cost, _, _ in fits})
+    assert len(unfitted) >= 3, (costs, fits)
+    assert unfitted[len(unfitted) // 2] <= cheapest / 4, (unfitted, cheapest)
 
 
 def test_the_simulated_clock_is_the_models_time_and_fixed_runs_agree_with_the_loop(simulated_db):
