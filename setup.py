@@ -33,6 +33,8 @@ setup(
         "numpy>=1.23.5",
         "scipy>=1.10",
         "scikit-learn>=1.3",
+        # The GP's linear algebra runs on one BLAS thread (tuner/_gpyopt.py).
+        "threadpoolctl>=3.1",
         "sqlite-utils>=3.35",
         "gpyopt==1.2.6",
         # GPyOpt imports GPy but does not declare it. Its one use of pkg_resources

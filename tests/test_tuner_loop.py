@@ -34,26 +34,31 @@ from tfonline.tuner.space import KnobSpace
 DECISIONS = 40
 
 
-@pytest.mark.parametrize("seed", [0])  # 14-17 s a seed on 2 cores (seeds 1 and 2 passed too: the suite's time is short)
-def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum(seed):
+def test_the_loop_finds_a_setting_within_10_percent_of_the_optimum():
     """Five free knobs (ps, worker, two thread pools, XLA); the start is about 8x slower than the optimum.
 
-    Within 30 decisions (10 random, 20 online) the job runs a setting within
-    10% of the optimum, and it spends at least 80% of the online decisions
-    after that within 10% too (a GP fitted to noisy segments may still try
-    a worse setting now and then).
+    On each of four seeds, within 30 decisions (10 random, 20 online) the job runs a setting within 10% of
+    the optimum; over the four, it spends at least two thirds of the online decisions after that within 10%
+    too (a GP fitted to noisy segments may still try a worse setting now and then).
+
+    One seed's share is chaotic in the floating point: on one machine seed 0 gave 25 of 30, on another 13
+    or 14 (single- or multi-threaded BLAS), while seeds 0-7 gave 80-81% there, 88% on the first; four seeds'
+    shares ranged 71-89% (NOTES.md, thirty-third session). 10 s a seed on 2 cores.
     """
-    start, manager, decisions, ratios = sim.known_surface_loop(seed, DECISIONS)
-    print(f"seed {seed}: start {start:.2f}x the optimum; after each decision: "
-          + " ".join(f"{r:.2f}" for r in ratios))
-    assert start > 5
-    found = next(i for i, r in enumerate(ratios) if r <= 1.10)
-    assert found < 30
-    after = ratios[max(found, 10):]
-    assert sum(r <= 1.10 for r in after) >= 0.8 * len(after)
-    assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
-    assert all(d.switch for d in decisions[:10])
-    assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
+    within, after_all = 0, 0
+    for seed in range(4):
+        start, manager, decisions, ratios = sim.known_surface_loop(seed, DECISIONS)
+        print(f"seed {seed}: start {start:.2f}x the optimum; after each decision: "
+              + " ".join(f"{r:.2f}" for r in ratios))
+        assert start > 5
+        found = next(i for i, r in enumerate(ratios) if r <= 1.10)
+        assert found < 30
+        after = ratios[max(found, 10):]
+        within, after_all = within + sum(r <= 1.10 for r in after), after_all + len(after)
+        assert [d.phase for d in decisions[:10]] == ["random"] * 10 and decisions[10].phase == "online"
+        assert all(d.switch for d in decisions[:10])
+        assert manager.overhead_s > 0 and all(d.overhead_s >= 0 for d in decisions)
+    assert within >= 2 / 3 * after_all, (within, after_all)
 
 
 @pytest.mark.parametrize("level, expected", [("ON_2", "s*"), ("ON_1", "s* with XLA held off")])
@@ -248,6 +253,7 @@ def test_ei_is_maximised_over_every_setting_of_a_small_space():
         model = optimizer.fit(observations, 0.5, observations[0].setting)
         chosen = model.maximise({})
         held = model.maximise({"global_jit_level": space.encode_value("global_jit_level", "ON_1")})
+        both = model.maximise_each([{}, {"global_jit_level": space.encode_value("global_jit_level", "ON_1")}])
         every = [dict(zip(space.free, values)) for values in itertools.product(*(space.values[n] for n in space.free))]
         every = [dict(space.decode(space.encode(dict(space.defaults, **s))), **s) for s in every]
         every = [s for s in every if space.contains(s)]
@@ -256,6 +262,7 @@ def test_ei_is_maximised_over_every_setting_of_a_small_space():
         at_jit = [i for i, s in enumerate(every) if s["global_jit_level"] == "ON_1"]
         best_held = every[at_jit[int(np.argmin(scores[at_jit]))]]
     assert chosen == best and held == best_held and held["global_jit_level"] == "ON_1"
+    assert both == [chosen, held]  # scored once, the held knob's choice read from the rows that hold it
     assert len(every) > 100 and scores.min() < np.median(scores)  # a choice that matters
 
 
@@ -569,10 +576,11 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     manager.target_loss = 0.305
     job = sim.SimulatedJob(0)
     job.switch_cost_s = 2.0
-    decisions, lefts, best = [], [], []
+    decisions, lefts, best, shares = [], [], [], []
     for _ in range(30):
         decision = manager.on_segment_end(job.run(manager.current, manager.segment_length()))
         decisions.append(decision)
+        shares.append(manager.time_share())
         lefts.append(manager.exploration_left())  # what the decision saw: nothing is charged before the switch
         best.append(manager.best_per_iteration_s())
         if decision.switch:
@@ -586,8 +594,12 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     # Every random setting not drawn says why: it waits for the budget to grow, or the job is too far along.
     waiting = [d for d in decisions if d.phase == "random" and d not in random_ones]
     assert all(" waits: no untried setting's switch fits the " in d.reason for d in waiting)
-    # A long job (target 0.305) is early in its time after 30 segments: the phase waits, it does not end.
-    assert manager.time_share() < 0.9 and all(d.phase == "random" for d in decisions)
+    # The phase waits for the budget; it ends only when the job is estimated 1 - budget through its time (on
+    # one machine, after all 30 segments it still waited; on another, hogwild's estimate put this long job
+    # (target 0.305, its loss 0.323 then) 91% through its time after 24: NOTES.md, thirty-third session).
+    ended = next((i for i, d in enumerate(decisions) if d.phase != "random"), len(decisions))
+    assert ended >= 10 and all(d.phase == "online" for d in decisions[ended:])
+    assert ended == len(decisions) or (shares[ended] >= 0.9 and "too late for a random" in decisions[ended].reason)
     # Charged: each exploring switch's cost, and its segment's time against the best setting seen before it
     # (a credit when the segment was faster): 39 timed gaps of 40 iterations.
     explored_at = [i for i, d in enumerate(decisions) if (d, lefts[i]) in exploring]

@@ -144,3 +144,29 @@ def test_after_a_node_is_lost_samples_fit_the_nodes_left():
     rng = random.Random(1)
     assert {(s["ps"], s["worker"]) for s in (space.sample(rng) for _ in range(50))} == {(1, 1)}
     assert not space.fits({"ps": 1, "worker": 2}) and space.contains({**space.defaults, "ps": 1, "worker": 2})
+
+
+def test_the_grid_of_every_setting_is_the_feasible_product_and_read_by_distinct_values():
+    """The settings EI is maximised over (tfonline.tuner.grid): every combination of the free knobs' values
+    with ps + worker within the nodes alive, made again when a node is lost; a knob's values per row, read
+    through its distinct codes, as the settings themselves decode."""
+    from tfonline.tuner.grid import SettingGrid, values_of
+
+    space = KnobSpace(4, 2, {"max_folded_constant_in_bytes": 1024, "infer_shapes": False})
+    choices = [sorted({space.encode_value(name, v) for v in space.values[name]}) for name in space.free]
+    grid = SettingGrid(space)
+    rows = grid.rows(choices)
+    settings = [space.decode(row) for row in rows]
+    every = 1
+    for values in space.values.values():
+        every *= len(values) if len(values) > 1 else 1
+    assert len({tuple(sorted(s.items())) for s in settings}) == len(rows) < every
+    assert all(s["ps"] + s["worker"] <= 4 for s in settings) and {(s["ps"], s["worker"]) for s in settings} == {
+        (p, w) for p in range(1, 4) for w in range(1, 4) if p + w <= 4}
+    assert grid.rows(choices) is rows  # kept
+    space.nodes_alive = 3
+    assert all(s["ps"] + s["worker"] <= 3 for s in map(space.decode, grid.rows(choices)))
+    names = ("worker", "global_jit_level", "infer_shapes")  # a pinned knob too
+    values, inverse = values_of(space, rows, names)
+    assert len(values) == len(set(values)) == 3 * 3
+    assert [values[i] for i in inverse] == [tuple(s[name] for name in names) for s in settings]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib.metadata
-import itertools
 import math
 import sys
 import types
@@ -22,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from tfonline.setting import setting_key
+from tfonline.tuner.grid import SettingGrid, feasible, values_of
 from tfonline.tuner.improvement import Prediction, against, expected_improvement, expected_improvements
 from tfonline.tuner.space import KnobSpace
 from tfonline.tuner.speed import MODEL_KNOBS, SpeedPrior
@@ -111,12 +112,22 @@ def _give_gpyopt_its_version() -> None:
 
 @contextlib.contextmanager
 def _contained(seed: int, salt: int):
-    """NumPy's global generator seeded for this call, warnings quiet, both restored after."""
+    """NumPy's global generator seeded for this call, warnings quiet, BLAS on this thread alone; all restored
+    after.
+
+    OpenBLAS's threads (one per core) made a decision's CPU three times the
+    work's on this 2-core machine, and a fit's up to twice, in no less wall
+    time: a GP of 20-40 observations is too small to share out, and the
+    threads spin while they wait. That CPU was taken from the job's nodes and
+    not counted in the tuner's overhead (the calling thread's CPU time): a
+    decision without a fit measured 0.17 s of the process's CPU on 2 threads,
+    0.05 s on one (NOTES.md, thirty-third session).
+    """
     state = np.random.get_state()
     digest = hashlib.sha256(f"{seed}:{salt}".encode()).digest()
     np.random.seed(int.from_bytes(digest[:4], "little"))
     try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
+        with warnings.catch_warnings(), np.errstate(all="ignore"), threadpool_limits(1, user_api="blas"):
             warnings.simplefilter("ignore")
             yield
     finally:
@@ -220,6 +231,7 @@ class GPOptimizer:
         self._latest_fit: tuple[tuple, np.ndarray] | None = None  # the kernel's form and all hyperparameters
         self._fit_n = 0  # how many observations the latest fit saw (0 for another job's)
         self._cold_n = 0  # how many the latest cold fit saw (WARM_GROWTH; 0: none yet in this job)
+        self.grid = SettingGrid(space)  # every setting, encoded: kept between decisions
 
     def _domain(self, observations: Sequence[Observation], loss: float) -> list[dict[str, Any]]:
         losses = [o.loss for o in observations] + [loss]
@@ -387,9 +399,7 @@ class GPOptimizer:
         held = {name: self.space.encode_value(name, current[name]) for name in hold if name in self.space.free}
         with _contained(self.seed, len(window(observations))):
             model = self.fit(observations, loss, current, iterations_left, speed, refit)
-            suggested = [model.maximise({})]
-            if held:
-                suggested.append(model.maximise(held))
+            suggested = model.maximise_each([{}, held] if held else [{}])
             seen = {setting_key(current): current}
             for o in model.observations:
                 seen.setdefault(setting_key(o.setting), o.setting)
@@ -408,16 +418,6 @@ class GPOptimizer:
         best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
         return Suggestion(candidates, current_s, best_known, model.refitted)
 
-    def feasible(self, grid: np.ndarray) -> np.ndarray:
-        """Which rows of encoded settings keep ps + worker within the nodes alive."""
-        total = np.zeros(len(grid))
-        for name in ("ps", "worker"):
-            if name in self.space.free:
-                value = {self.space.encode_value(name, v): v for v in self.space.values[name]}
-                total += np.array([value[code] for code in grid[:, self.space.free.index(name)]], dtype=float)
-            else:
-                total += self.space.values[name][0]
-        return total <= self.space.nodes_alive
 
 
 @dataclass(frozen=True)
@@ -455,30 +455,20 @@ class Fitted:
         logs = {key: self.speed.log(key) for key in set(keys)}
         return np.array([logs[k][0] for k in keys], dtype=float), np.array([logs[k][1] for k in keys], dtype=float)
 
-    def _grid_keys(self, grid: np.ndarray) -> list[tuple]:
-        """The speed key of each row of encoded settings."""
-        return self._grid_values(grid, self.speed.names) if self.speed is not None else [()] * len(grid)
+    def _speeds_of_grid(self, grid: np.ndarray) -> np.ndarray:
+        """The mean log ρ of each row of encoded settings (0 without speeds)."""
+        if self.speed is None:
+            return np.zeros(len(grid))
+        keys, inverse = values_of(self.space, grid, self.speed.names)
+        return self._speeds(keys)[0][inverse]
 
     def _prior_of_grid(self, grid: np.ndarray) -> np.ndarray:
         """The prior's log time per iteration of each row of encoded settings (0 without a prior)."""
         if self.prior is None:
             return np.zeros(len(grid))
-        values = self._grid_values(grid, MODEL_KNOBS)
-        unique = list(dict.fromkeys(values))
-        logs = dict(zip(unique, self.prior.log_seconds([dict(zip(MODEL_KNOBS, v)) for v in unique])))
-        return np.array([logs[v] for v in values])
+        values, inverse = values_of(self.space, grid, MODEL_KNOBS)
+        return np.asarray(self.prior.log_seconds([dict(zip(MODEL_KNOBS, v)) for v in values]))[inverse]
 
-    def _grid_values(self, grid: np.ndarray, names: Sequence[str]) -> list[tuple]:
-        """The values of knobs ``names`` in each row of encoded settings."""
-        columns = []
-        for name in names:
-            if name in self.space.free:
-                codes = grid[:, self.space.free.index(name)]
-                value = {code: self.space.decode_value(name, code) for code in np.unique(codes)}
-                columns.append([value[code] for code in codes])
-            else:
-                columns.append([self.space.values[name][0]] * len(grid))
-        return list(zip(*columns))
 
     def _latent(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The GP's mean and variance of log t (measurement noise left out) at encoded settings, plus log N."""
@@ -498,8 +488,7 @@ class Fitted:
         """−EI over the current setting (lower is better) of encoded settings: E[max(log R̂(current) −
         log R̂(s), 0)] with the GP's variance of log t (see :meth:`GPOptimizer.suggest`)."""
         mean, var = self._latent(grid)
-        speed_mean, _ = self._speeds(self._grid_keys(grid))
-        return -expected_improvements(self.current_mean, mean - speed_mean, np.sqrt(np.maximum(var, 0.0)))
+        return -expected_improvements(self.current_mean, mean - self._speeds_of_grid(grid), np.sqrt(np.maximum(var, 0.0)))
 
     def predict(self, settings: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The means of log R̂ (seconds) of settings, and its covariance in two parts: the GP's, of log t
@@ -531,7 +520,13 @@ class Fitted:
         return np.exp(self._latent(np.array([self.space.encode(s) for s in settings], dtype=float))[0])
 
     def maximise(self, held: dict[str, float]) -> dict[str, Any]:
-        """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values).
+        """The setting with the largest EI (:meth:`scores`), the ``held`` knobs fixed (encoded values): see
+        :meth:`maximise_each`."""
+        return self.maximise_each([held])[0]
+
+    def maximise_each(self, helds: Sequence[dict[str, float]]) -> list[dict[str, Any]]:
+        """For each of ``helds``, the setting with the largest EI (:meth:`scores`), those knobs fixed
+        (encoded values).
 
         The loss is the context, as in GPyOpt's ``suggest_next_locations(context=...)``.
         Every knob is discrete, so EI is maximised over the settings
@@ -542,18 +537,30 @@ class Fitted:
         reals, runs L-BFGS from 5 anchor points and rounds the result: 4-6 s
         per suggestion with 7 observations on this machine (its gradient of
         the kernel dominates), and a rounded optimum of the relaxation need not
-        be the best setting.
+        be the best setting. The settings are scored once for all ``helds``
+        when they are enumerated: those with knobs held are rows of the grid
+        of all, which the optimizer keeps between decisions.
         """
         free = self.space.free
-        choices = [[held[name]] if name in held else sorted({self.space.encode_value(name, v)
-                                                             for v in self.space.values[name]}) for name in free]
-        if math.prod(len(c) for c in choices) <= ENUMERATE_AT_MOST:
-            grid = np.array(list(itertools.product(*choices)), dtype=float)
-            grid = grid[self.optimizer.feasible(grid)]
-            return self.space.decode(grid[int(np.argmin(self.scores(grid)))])
+        every = [sorted({self.space.encode_value(name, v) for v in self.space.values[name]}) for name in free]
+        if math.prod(len(c) for c in every) <= ENUMERATE_AT_MOST:
+            grid = self.optimizer.grid.rows(every)
+            scores = self.scores(grid)
+            chosen = []
+            for held in helds:
+                rows = np.ones(len(grid), dtype=bool)
+                for name, code in held.items():
+                    rows &= grid[:, free.index(name)] == code
+                chosen.append(self.space.decode(grid[np.flatnonzero(rows)[int(np.argmin(scores[rows]))]]))
+            return chosen
+        return [self._sampled(held, every) for held in helds]
+
+    def _sampled(self, held: dict[str, float], every: list[list[float]]) -> dict[str, Any]:
+        """The best of :data:`ENUMERATE_AT_MOST` random settings and of a climb from the best few."""
+        choices = [[held[name]] if name in held else codes for name, codes in zip(self.space.free, every)]
         rng = np.random.default_rng(np.random.randint(2**31))  # the global generator is seeded by _contained
         grid = np.column_stack([rng.choice(c, ENUMERATE_AT_MOST) for c in choices])
-        grid = grid[self.optimizer.feasible(grid)]
+        grid = grid[feasible(self.space, grid)]
         scores = self.scores(grid)
         climbs = [self._climb(grid[i], float(scores[i]), choices) for i in np.argsort(scores, kind="stable")[:CLIMB_FROM]]
         return self.space.decode(min(climbs, key=lambda climb: climb[1])[0])
@@ -571,7 +578,7 @@ class Fitted:
             if not neighbours:
                 return x, score
             grid = np.array(neighbours)
-            grid = grid[self.optimizer.feasible(grid)]
+            grid = grid[feasible(self.space, grid)]
             if not len(grid):
                 return x, score
             scores = self.scores(grid)
