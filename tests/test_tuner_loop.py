@@ -141,6 +141,36 @@ def test_going_back_to_a_setting_left_recently_needs_its_segments_faster_beyond_
         assert back.reason.startswith("exploit the best setting seen (back to a setting left recently)")
 
 
+def test_a_stay_that_waits_for_a_setting_left_recently_keeps_the_segments_length():
+    """The job leaves A for B on the GP's word; then the GP's s* is A again, by EI, but A was left recently
+    and its segments are not faster than B's beyond their noise: the job stays on B, waiting for the block to
+    end, and its segments keep their length; a settled stay (s* is the current setting) doubles it. A LogR
+    benchmark job stretched a setting it explored so, to a fifth of the job."""
+    space = sim.space()
+    a = dict(sim.make_manager(space, 0).current)
+    b = dict(a, inter_op_parallelism_threads=max(space.values["inter_op_parallelism_threads"]))
+    t_b = sim.seconds_per_iteration(b)
+    history = ([Triple(a, 0.6, t_b * f, 100.0, 1.0) for f in (1.0, 1.02, 0.98)]
+               + [Triple(b, 0.6, t_b * f, 100.0, 1.0) for f in (1.01, 0.99)])
+    manager = sim.make_manager(space, 0, 0.305, random_settings=0, history=history, exploration_budget=None)
+    answers = iter([b, a, a, b, b])  # s*: B, then A (left recently) twice, then B, the current one
+
+    def suggest(observations, loss, current, **kwargs):
+        best = next(answers)
+        prediction = _gpyopt.Prediction(best, 50.0, 50.0 if best != current else 0.0, 1.0 if best != current else 0.5)
+        return _gpyopt.Suggestion([_gpyopt.Candidate(best, 30.0 if best != current else 0.0, prediction)], 100.0, None)
+
+    manager.optimizer.suggest = suggest  # the GP's answers, fixed: what the loop does with them is tested
+    job, stretches, made = sim.SimulatedJob(0, 0.305), [], []
+    for _ in range(5):
+        made += job.drive(manager, 1)
+        stretches.append(manager.lengths.stretch)
+    assert made[0].switch and made[0].candidate == b, made[0].reason
+    assert [d.switch for d in made[1:]] == [False] * 4
+    assert all(d.reason == "the best setting by EI was left recently" for d in made[1:3]), made[1].reason
+    assert stretches == [1, 1, 1, 2, 4]
+
+
 @pytest.mark.parametrize("measured", [False, True])
 def test_the_first_segment_of_a_chosen_setting_no_segment_has_timed_is_not_stretched_for_the_share(measured):
     """The tuner is 10 s of CPU over its 5% share when it exploits s*. If no segment of the job has timed s*, its
@@ -609,6 +639,27 @@ def test_exploring_stays_within_its_budget_and_exploiting_needs_none():
     exploits = [d for d in decisions if d.switch and "exploit " in d.reason]
     assert exploits and all(d.expected_improvement_s is not None and d.cost_s < 1e3 for d in exploits)
     assert sim.time_per_progress(manager.current) < 0.5 * sim.time_per_progress(decisions[0].current)
+
+
+def test_a_waiting_random_phase_fits_the_gp_only_once_the_share_pays_for_its_first_fit():
+    """Random draws wait for the exploration budget (switches of 2 s against 10%); while they wait, a decision
+    fits the GP for the first time only once the overhead share (2%) of the job so far pays for a fit
+    (FIRST_FIT_S), as a draw's pricing does. On a LogR benchmark job, a waiting decision's first fit (0.48 s of
+    CPU, 2.4 s into the job) held the job 20 s on one setting until the share was repaid."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0, 0.305, exploration_budget=0.1, overhead_share=0.02)
+    job = sim.SimulatedJob(0, 0.305)
+    job.switch_cost_s = 2.0
+    made, first = [], None
+    while first is None and len(made) < 60:
+        spent = manager.overhead.spent_s
+        [decision] = job.drive(manager, 1)  # no time passes for a decision: it saw the elapsed time it leaves
+        made.append(decision)
+        if decision.gp_fit is not None:
+            first = (spent, manager.elapsed_s)
+    assert first is not None and first[0] + FIRST_FIT_S <= 0.02 * first[1]
+    held = [d for d in made if d.reason.endswith("the GP's first fit waits for the overhead share")]
+    assert held and all(d.phase == "random" and " waits: " in d.reason and not d.switch for d in held)
 
 
 def test_late_in_the_job_is_judged_by_the_estimated_share_of_its_time():

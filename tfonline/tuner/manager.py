@@ -246,7 +246,7 @@ class TuningManager:
         self.decisions = 0
         self._left_at: dict[str, int] = {}  # each setting the job left, and the decision that left it
         self._judged_worse = False  # the switch being decided leaves a setting the GP predicts worse by its cost
-        self._refitted = False  # the decision being taken fitted the GP's hyperparameters
+        self._refitted, self._waiting = False, False  # the decision being taken fitted the GP; stays but waits
         self._started = 0.0  # its thread's CPU time when it began
         self.survey = Survey()  # settings measured again once the current one is seen to change
         self.trials = Trials(speed_names(space))  # another worker count run long enough to measure its speed
@@ -278,7 +278,7 @@ class TuningManager:
         machine, where the tuner's thread waits for a core while the workers
         train on (the LogR benchmark: 2.0 s of CPU, 6.5 s of wall time).
         """
-        self._started, self._refitted = time.thread_time(), False
+        self._started, self._refitted, self._waiting = time.thread_time(), False, False
         triple = self.history.triple(run)
         self.history.add(triple)
         self.history.observe(run)
@@ -365,7 +365,7 @@ class TuningManager:
         if self.phase == "online":
             decision = self._online(run)
             decision = replace(decision, reason=ended + decision.reason)
-        self.lengths.decided(decision.switch)
+        self.lengths.decided(decision.switch, settled=not self._waiting)
         return decision
 
     def _draw(self, current: dict[str, Any]):
@@ -462,7 +462,8 @@ class TuningManager:
         by_ei = [p + (self._explore_price(p[1], p[4], suggestion.current_s, iterations_left),) for p in priced
                  if p[2] is not None and not p[5]]
         if not by_ei:
-            recent = "was left recently" if any(p[2] is not None for p in priced) else "is the current one"
+            self._waiting = any(p[2] is not None for p in priced)  # for the block to end: not settled
+            recent = "was left recently" if self._waiting else "is the current one"
             return Decision("online", current, suggestion.setting, False, f"the best setting by EI {recent}",
                             expected_improvement_s=ei, cost_s=0.0)
         name, prediction, ei, parts, cost, _, price = max(by_ei, key=lambda p: p[2] - p[6])
@@ -506,6 +507,8 @@ class TuningManager:
                             f"only {len(observations)} usable observation(s); the GP needs 2")
         if self.reference is None:  # inherited observations, but no estimate of this job's own curve yet
             return Decision("online", current, current, False, "no estimate of this job's curve yet: stay")
+        if self.phase == "random" and self.optimizer.latest_fit is None and not self.overhead.affords_fit(self.elapsed_s):
+            return Decision("online", current, current, False, "the GP's first fit waits for the overhead share")
         loss_now = self.history.loss_now(run)
         iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
         if not iterations_left:
