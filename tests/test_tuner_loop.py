@@ -838,6 +838,13 @@ def test_the_loss_trend_reads_a_noisy_line_and_triples_under_the_target_are_unus
     trend = loss_trend(list(steps), list(losses), 2000)
     assert trend == pytest.approx(0.6, abs=0.01)  # the latest 500 losses; a single loss is off by up to ~0.15
     assert abs(loss_trend(list(steps), list(losses), 1500) - 0.625) < 0.015
+    # A loss that falls steeply and bends (a CNN's first iterations): the line read at the window's end is
+    # below 0, below every loss of the window; the trend is held at the lowest of them.
+    steps = np.arange(125, 625, dtype=float)
+    losses = 0.15 + 3.0 * np.exp(-(steps - 100) / 90) + rng.normal(0, 0.05, steps.size)
+    slope, intercept = np.polyfit(steps, losses, 1)
+    assert slope * 624 + intercept < 0 < losses.min()
+    assert loss_trend(list(steps), list(losses), 624) == losses.min()
 
     space = sim.space()
     manager = sim.make_manager(space, 0)

@@ -31,6 +31,16 @@ PRIOR_COST_S = {"I-a": 2.0, "I-b": 2.0, "II": 1.0, "compile": 10.0}
 # on LogR, segments a few hundred iterations apart started at 0.57 and 0.67
 # with the trend near 0.62, and R̂ at a loss under the target is 0.
 TREND_ITERATIONS = 500
+# The line is read within the lowest and highest loss of its window. Read
+# at the end of a window where the loss falls steeply and bends (a CNN's
+# first 500 iterations), a straight line falls below every loss the window
+# saw: the fresh CNN jobs of both quick benches of 2026-11-27 read trends of
+# -0.17 and -0.04 there, a cross-entropy below 0, and their first online
+# decisions saw "no iterations left". Held within the means of the window's
+# ten blocks instead, the trend of a steadily falling loss was held up a
+# block's worth above the line more often than not, and the simulated
+# moving optimum was followed less (38 of 60 segments on the new best over
+# 4 seeds, 49 unbounded; NOTES.md, thirty-third session).
 
 
 
@@ -118,7 +128,8 @@ class Decision:
 
 def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
                iterations: int = TREND_ITERATIONS) -> float:
-    """The least-squares line through the latest ``iterations`` losses, read at ``at_step``."""
+    """The least-squares line through the latest ``iterations`` losses, read at ``at_step``, held within the
+    lowest and highest of those losses."""
     steps = np.asarray(steps[-iterations:], dtype=float)
     losses = np.asarray(losses[-iterations:], dtype=float)
     usable = np.isfinite(losses)
@@ -126,7 +137,7 @@ def loss_trend(steps: Sequence[float], losses: Sequence[float], at_step: float,
     if steps.size < 3 or np.ptp(steps) == 0:
         return float(np.mean(losses)) if losses.size else math.nan
     slope, intercept = np.polyfit(steps, losses, 1)
-    return float(slope * at_step + intercept)
+    return float(np.clip(slope * at_step + intercept, losses.min(), losses.max()))
 
 
 class CostModel:
