@@ -419,7 +419,6 @@ class GPOptimizer:
         return Suggestion(candidates, current_s, best_known, model.refitted)
 
 
-
 @dataclass(frozen=True)
 class SpeedOf:
     """Convergence speeds as the GP reads them: the knobs a speed depends on, and the mean and variance of
@@ -469,7 +468,6 @@ class Fitted:
         values, inverse = values_of(self.space, grid, MODEL_KNOBS)
         return np.asarray(self.prior.log_seconds([dict(zip(MODEL_KNOBS, v)) for v in values]))[inverse]
 
-
     def _latent(self, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The GP's mean and variance of log t (measurement noise left out) at encoded settings, plus log N."""
         x = np.column_stack([grid] + [np.full(len(grid), value) for value in self.context])
@@ -488,7 +486,8 @@ class Fitted:
         """−EI over the current setting (lower is better) of encoded settings: E[max(log R̂(current) −
         log R̂(s), 0)] with the GP's variance of log t (see :meth:`GPOptimizer.suggest`)."""
         mean, var = self._latent(grid)
-        return -expected_improvements(self.current_mean, mean - self._speeds_of_grid(grid), np.sqrt(np.maximum(var, 0.0)))
+        sd = np.sqrt(np.maximum(var, 0.0))
+        return -expected_improvements(self.current_mean, mean - self._speeds_of_grid(grid), sd)
 
     def predict(self, settings: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The means of log R̂ (seconds) of settings, and its covariance in two parts: the GP's, of log t

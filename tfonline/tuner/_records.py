@@ -43,7 +43,6 @@ TREND_ITERATIONS = 500
 # 4 seeds, 49 unbounded; NOTES.md, thirty-third session).
 
 
-
 @dataclass
 class SegmentRun:
     """What a driver measured in one segment.

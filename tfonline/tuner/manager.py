@@ -507,7 +507,7 @@ class TuningManager:
                             f"only {len(observations)} usable observation(s); the GP needs 2")
         if self.reference is None:  # inherited observations, but no estimate of this job's own curve yet
             return Decision("online", current, current, False, "no estimate of this job's curve yet: stay")
-        if self.phase == "random" and self.optimizer.latest_fit is None and not self.overhead.affords_fit(self.elapsed_s):
+        if self.phase == "random" and self.overhead.first_fit_waits(self.elapsed_s):
             return Decision("online", current, current, False, "the GP's first fit waits for the overhead share")
         loss_now = self.history.loss_now(run)
         iterations_left = self.reference.iterations_left(loss_now) if loss_now > self.target_loss else 0.0
