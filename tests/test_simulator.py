@@ -151,7 +151,8 @@ def test_the_tuners_decisions_take_at_most_their_share_of_the_simulated_job(simu
     # most online decisions take the latest fit's hyperparameters, far cheaper than a fit: their median (robust
     # to the few a loaded machine slows) at half the cheapest fit's cost or less (here 0.06 s against 0.23 s)
     cheapest = min(cost for cost, _, _ in fits)
-    unfitted = sorted(c for c in costs if c not in {cost for cost, _, _ in fits})
+    fitted = {cost for cost, _, _ in fits}
+    unfitted = sorted(c for c in costs if c not in fitted)
     assert len(unfitted) >= 3, (costs, fits)
     assert unfitted[len(unfitted) // 2] <= cheapest / 2, (unfitted, cheapest)
 

@@ -164,9 +164,15 @@ def test_the_grid_of_every_setting_is_the_feasible_product_and_read_by_distinct_
     assert all(s["ps"] + s["worker"] <= 4 for s in settings) and {(s["ps"], s["worker"]) for s in settings} == {
         (p, w) for p in range(1, 4) for w in range(1, 4) if p + w <= 4}
     assert grid.rows(choices) is rows  # kept
-    space.nodes_alive = 3
-    assert all(s["ps"] + s["worker"] <= 3 for s in map(space.decode, grid.rows(choices)))
     names = ("worker", "global_jit_level", "infer_shapes")  # a pinned knob too
     values, inverse = values_of(space, rows, names)
     assert len(values) == len(set(values)) == 3 * 3
     assert [values[i] for i in inverse] == [tuple(s[name] for name in names) for s in settings]
+    kept = grid.values_of(rows, names)
+    assert kept is grid.values_of(rows, list(names)) and kept[0] == values and (kept[1] == inverse).all()
+    assert grid.values_of(rows.copy(), names) is not kept  # other rows: read, not kept
+    space.nodes_alive = 3
+    fewer = grid.rows(choices)
+    assert all(s["ps"] + s["worker"] <= 3 for s in map(space.decode, fewer))
+    values, inverse = grid.values_of(fewer, names)  # the grid made again reads its own rows
+    assert [values[i] for i in inverse] == [tuple(s[name] for name in names) for s in map(space.decode, fewer)]

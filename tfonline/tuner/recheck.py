@@ -101,8 +101,8 @@ def sooner_beyond_noise(triples: Sequence, current: dict[str, Any], candidate: d
     True when D exceeds ``z`` standard deviations. A setting with fewer than
     two timed segments has no measured noise: False.
     """
-    here, there = ([math.log(t.per_iteration_s) for t in _timed(triples) if setting_key(t.setting) == setting_key(s)]
-                   for s in (current, candidate))
+    timed = [(setting_key(t.setting), math.log(t.per_iteration_s)) for t in _timed(triples)]
+    here, there = ([log for key, log in timed if key == setting_key(s)] for s in (current, candidate))
     if len(here) < 2 or len(there) < 2:
         return False
     (mean_c, var_c), (mean_k, var_k) = speed(current), speed(candidate)
