@@ -325,3 +325,32 @@ def test_a_machine_that_drifts_makes_one_settings_stretches_differ_beyond_their_
     with pytest.raises(ConfigurationError, match=r"^a workload's drift must be >= 0 and its drift_period_s > 0, "
                                                  r"got drift=-0\.1, drift_period_s=2\.0$"):
         small_workload(drift=-0.1, drift_period_s=2.0)
+
+
+def test_a_decision_the_job_ends_during_is_recorded_not_applied(tmp_path, monkeypatch):
+    """The tuner's decisions take simulated time; a job that ends meanwhile (here max_seconds, during the
+    first decision made to take an hour) records that decision all the same, a switch as not applied, as the
+    driver does. The decisions' overhead in the repository was short of the manager's when the job ended so."""
+    from dataclasses import replace
+
+    from tfonline.tuner.manager import TuningManager
+
+    made = []
+    decide = TuningManager.on_segment_end
+
+    def slow(self, run):
+        made.append(replace(decide(self, run), overhead_s=3600.0))
+        return made[-1]
+
+    monkeypatch.setattr(TuningManager, "on_segment_end", slow)
+    db = str(tmp_path / "runs.db")
+    repo = Repository(db)
+    workload = small_workload(curve=JOB_CURVE)
+    sim = Simulation(workload, repo, workload.default_setting(), tuning=QUICK_TUNING, seed=1, max_seconds=60)
+    status, reason = sim.run()
+    repo.close()
+    rows = sqlite3.connect(db).execute("select applied, reason from decisions where job_id = ?",
+                                       (sim.job_id,)).fetchall()
+    assert status == "stopped" and "max_seconds" in reason and len(made) == 1
+    assert len(rows) == 1 and rows[0][0] == 0
+    assert made[0].switch and rows[0][1] == "not applied, the job ended first: " + made[0].reason  # a random draw

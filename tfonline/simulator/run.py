@@ -222,10 +222,17 @@ class Simulation:
             old_phase = manager.phase
             decision = manager.on_segment_end(run)
             triple = manager.triples[-1]
-            # The tuner decides beside the training (the driver's background thread): its time passes.
-            self._iterations(1, decision.overhead_s)
-            decision = record_decision(self.recorder, state, manager, decision, triple, segment, old_phase,
-                                       self.estimator_name)
+            # The tuner decides beside the training (the driver's background thread): its time passes. A job
+            # that ends meanwhile records the decision all the same, a switch not applied, as the driver does.
+            first = None
+            try:
+                self._iterations(1, decision.overhead_s)
+            except Stop:
+                first = "the job ended first"
+                raise
+            finally:
+                decision = record_decision(self.recorder, state, manager, decision, triple, segment, old_phase,
+                                           self.estimator_name, first)
             if decision.switch:
                 self._switch(decision)
 
