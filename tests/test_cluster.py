@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import time
 
 import pytest
@@ -19,9 +20,12 @@ def _parent(pid: int) -> int:
 
 
 @pytest.mark.parametrize("fork_server", [True, False])
-def test_nodes_restart_with_new_thread_pools_and_stop_with_the_cluster(fork_server):
+def test_nodes_restart_with_new_thread_pools_and_stop_with_the_cluster(fork_server, tmp_path, monkeypatch):
     before = node_processes(os.getpid())  # a shared cluster of other tests may be running
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the nodes' logs go
     with LocalCluster(2, fork_server=fork_server) as cluster:
+        (logs,) = tmp_path.iterdir()
+        assert sorted(p.name for p in logs.iterdir())[-1] == "process-2.log"
         first = [s["pid"] for s in cluster.served]
         parents = {_parent(pid) for pid in first}
         if fork_server:
@@ -39,6 +43,7 @@ def test_nodes_restart_with_new_thread_pools_and_stop_with_the_cluster(fork_serv
         cluster.check_alive()
         assert node_processes(os.getpid()) - before
     assert node_processes(os.getpid()) == before
+    assert list(tmp_path.iterdir()) == []  # the logs went with the nodes: every job once left a directory
 
 
 def test_a_forked_node_that_exits_is_reported_with_its_exit_code():

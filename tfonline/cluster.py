@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -468,3 +469,5 @@ class LocalCluster(Cluster):
                     self._fork_server = None
                     for reservation in self._reservations:
                         reservation.close()
+                    # The nodes' logs are read for errors while the nodes run; kept after, every job left a directory.
+                    shutil.rmtree(self._log_dir, ignore_errors=True)
