@@ -14,14 +14,22 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BENCH = os.path.join(HERE, os.pardir, "benchmarks", "paper.py")
 
 
-@pytest.fixture(scope="module")
-def paper():
+def _bench_module(name):
     sys.path.insert(0, os.path.dirname(BENCH))
     try:
-        import paper
+        return __import__(name)
     finally:
         sys.path.remove(os.path.dirname(BENCH))
-    return paper
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return _bench_module("paper")
+
+
+@pytest.fixture(scope="module")
+def sizing():
+    return _bench_module("sizing")
 
 
 def _row(status, t, it=1000, pace=0.01, setting="s", moves=(), startup=1.0):
@@ -96,3 +104,23 @@ def test_an_unknown_workload_is_refused_in_one_line(paper, capsys, monkeypatch):
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "paper.py: error: --workloads takes logr, svm, cnn, mlp, paper-sim, got 'nope'")
+
+
+def test_sizing_reads_the_first_crossing_of_each_candidate_after_the_warm_up(sizing):
+    # a smoothed loss falling 1.0 -> 0.5 over 100 steps, one step a tenth of a second, with an early dip
+    rows = [{"step": k, "smoothed_loss": 1.0 - 0.005 * k, "wall_time": 10.0 + 0.1 * k} for k in range(1, 101)]
+    rows[10]["smoothed_loss"] = 0.1  # inside the warm-up: not a crossing
+    rows[70]["smoothed_loss"] = 0.55  # a dip at step 71: the first crossing of 0.6 and 0.55, not the trend's
+    crossings = sizing.first_crossings(rows, [0.7025, 0.6, 0.55, 0.4], started=10.0)
+    assert crossings[0.7025] == (60, pytest.approx(6.0))
+    assert crossings[0.6] == crossings[0.55] == (71, pytest.approx(7.1))
+    assert crossings[0.4] is None
+
+
+def test_sizing_refuses_an_unknown_workload_in_one_line(sizing, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "sizing.py")])
+    with pytest.raises(SystemExit) as exited:
+        sizing.main(["--workloads", "cnn,nope"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "sizing.py: error: --workloads takes logr, svm, cnn, mlp, got 'nope'")
