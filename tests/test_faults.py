@@ -13,12 +13,12 @@ import time
 import numpy as np
 import pytest
 from conftest import after_iterations, node_processes
-from jobs import SlowerLogR, TinyLogR, TunedLogR
+from jobs import CountdownJob, SlowerLogR, TinyLogR, TunedLogR
 from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
 
 from tfonline.cli import main
 from tfonline.cluster import LocalCluster
-from tfonline.exceptions import NodeFailedError, RepositoryError
+from tfonline.exceptions import NodeFailedError, RepositoryError, TfOnlineError, essence
 
 TUNING = {"initial_iterations": 20, "random_settings": 2, "segment_iterations": 15, "min_segment_s": 0,
           "exploration_budget": None, "resume": False}
@@ -151,6 +151,35 @@ def test_a_plateau_above_the_target_stops_the_job_with_that_reason(cluster, db_p
     best, at = re.search(r"best ([0-9.]+) at step (\d+),", result.stop_reason).groups()
     assert 0 < float(best) < 0.7 and int(at) >= 1 and result.iterations >= int(at) + 150
     assert _rows(db_path, "select status, stop_reason from jobs") == [("stopped", result.stop_reason)]
+
+
+class _FailsAtBatch2950(CountdownJob):
+    """Its graph asserts the batch it reads is above 2,950: the step that reads 2,950 fails in TensorFlow."""
+
+    def model_fn(self, features, labels):
+        import tensorflow as tf
+
+        check = tf.debugging.assert_greater(features, 2950.0, message="batch at or below 2950")
+        with tf.control_dependencies([check]):
+            return super().model_fn(features, labels)
+
+
+def test_a_step_that_fails_in_tensorflow_fails_the_job_in_one_line_naming_the_step(cluster, db_path):
+    with pytest.raises(TfOnlineError) as failed:
+        _FailsAtBatch2950().run(db=db_path, cluster=cluster, quiet=True, setting={"ps": 1, "worker": 1})
+    said = str(failed.value)
+    assert re.fullmatch(r"TensorFlow failed at step 50: InvalidArgumentError: .*batch at or below 2950.*", said)
+    assert "\n" not in said
+    assert _rows(db_path, "select status, stop_reason, iterations from jobs") == [("failed", said, 50)]
+
+
+def test_the_essence_of_a_tensorflow_error_joins_a_line_that_only_introduces_the_next():
+    # A fixed LogR job failed with only "CANCELLED: From /job:node/replica:0/task:3:" (NOTES, 2026-11-27).
+    message = "CANCELLED: From /job:node/replica:0/task:3:\nRecvAsync is cancelled.\n\t [[{{node Send_1}}]]"
+    assert essence(message) == "CANCELLED: From /job:node/replica:0/task:3: RecvAsync is cancelled."
+    message = "Graph execution error:\n\nDetected at node 'x'\nassertion failed: [batch]\n\t [[{{node A}}]]"
+    assert essence(message) == "assertion failed: [batch]"
+    assert essence("only this:") == "only this:"
 
 
 def test_a_full_disk_stops_the_job_with_a_clear_error_and_keeps_what_was_committed(cluster, tmpfs, capsys):

@@ -46,7 +46,18 @@ class DatasetExhaustedError(TfOnlineError):
 
 
 def essence(message: str) -> str:
-    """The line of a TensorFlow error message that says what went wrong."""
+    """The line of a TensorFlow error message that says what went wrong, on one line.
+
+    A line that ends with a colon only introduces the next (a fixed job once failed with no more than
+    ``CANCELLED: From /job:node/replica:0/task:3:``): the next informative line is joined to it.
+    """
     noise = ("Graph execution error", "Detected at node", "File ", "Original stack", "Node:", "From /job", "[[", "=")
     lines = [ln.strip() for ln in message.splitlines() if ln.strip() and not ln.strip().startswith(noise)]
-    return lines[0] if lines else message.strip()
+    if not lines:
+        return message.strip()
+    said = lines[0]
+    for line in lines[1:]:
+        if not said.endswith(":"):
+            break
+        said += " " + line
+    return said
