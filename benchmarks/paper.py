@@ -97,7 +97,8 @@ SIMULATED_FIXED = 100  # the paper's R; a simulated fixed run takes milliseconds
 SIMULATED_MIN_SEGMENT_S = 120.0  # tfonline simulate's default: each decision costs real time for the GP
 # The project's targets (issue 17): the share of the Average -> Best gain captured, tfonline's time over Best's, and
 # (simulated, at the paper's scale) Average's time over tfonline's.
-TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "tuned_spread": 0.15,
+TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "tfonline_over_best_with_start": 1.10,
+                    "tuned_spread": 0.15,
                     "slowest_tuned_over_start": 1.10, "overhead_share": 0.02, "eta_error": 0.25},
            "simulated": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "average_over_tfonline": 2.5}}
 DRAW_SEED = 2026  # the fixed settings' draw
@@ -211,6 +212,8 @@ def _targets(workload: dict) -> list[tuple[str, float | None, str, float, bool |
     rows = []
     for key, label, relation in (("gain_captured", "share of the Average -> Best gain captured", ">="),
                                  ("tfonline_over_best", "tfonline / Best", "<="),
+                                 ("tfonline_over_best_with_start", "tfonline / Best, the start setting's run among "
+                                  "the fixed", "<="),
                                  ("average_over_tfonline", "Average / tfonline", ">="),
                                  ("tuned_spread", "spread of the tuned runs (share)", "<="),
                                  ("slowest_tuned_over_start", "slowest tuned run / its start setting", "<="),
@@ -379,7 +382,7 @@ def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fi
     log(f"{name}: {len(drawn)} random fixed settings, capped at {cap:.0f} s")
     fixed = [_fixed(name, mode, setting, cap, fixed_db, log) for setting in drawn]
     summary = _summary(ok or tuned, fixed, cap)
-    summary["stability"] = _stability(tuned, start)
+    summary["stability"] = _stability(tuned, start, summary["completion_time_s"]["best"])
     return {"tuned": tuned, "checkpoint": checkpoint, "start": start, "fixed": fixed, "summary": summary,
             "table_v": _table_v(ok or tuned, checkpoint), "table_vi": _table_vi(fixed_db, workloads.job(name, mode).name)}
 
@@ -392,9 +395,11 @@ def _fixed(name: str, mode: str, setting: dict | None, cap: float, fixed_db: str
     return row
 
 
-def _stability(tuned: list[dict], start: dict | None) -> dict:
-    """The tuned runs' spread ((slowest - fastest) / fastest), the slowest over the start setting's time, and the
-    tuner's overhead as a share of each run."""
+def _stability(tuned: list[dict], start: dict | None, best_s: float | None = None) -> dict:
+    """The tuned runs' spread ((slowest - fastest) / fastest), the slowest over the start setting's time, the
+    tuner's overhead as a share of each run, and the tuned runs' mean over the best fixed run with the start
+    setting counted among the fixed runs (``best_s``: the random fixed settings' best). With R = 4 the default
+    start setting was faster than every random one on two workloads (2026-11-27), and "Best" flattered."""
     times = [r["completion_time_s"] for r in tuned if r.get("completion_time_s")]
     shares = [r["tuning_overhead_s"] / r["completion_time_s"] for r in tuned
               if r.get("tuning_overhead_s") is not None and r.get("completion_time_s")]
@@ -402,6 +407,8 @@ def _stability(tuned: list[dict], start: dict | None) -> dict:
     return {"tuned_spread": (max(times) - min(times)) / min(times) if len(times) > 1 else None,
             "start_s": start_s,
             "slowest_tuned_over_start": max(times) / start_s if times and start_s else None,
+            "tfonline_over_best_with_start": (statistics.mean(times) / min(t for t in (best_s, start_s) if t)
+                                              if times and (best_s or start_s) else None),
             "overhead_shares": shares, "overhead_share": max(shares) if shares else None}
 
 

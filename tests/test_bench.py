@@ -66,7 +66,7 @@ def test_the_markdown_has_every_table(paper):
     tuned = [_row("converged", 10.0, moves=(0.2,))]
     fixed = [_row("converged", 8.0), _row("stopped", 100.0)]
     summary = paper._summary(tuned, fixed, 100.0)
-    summary["stability"] = paper._stability([dict(tuned[0], tuning_overhead_s=0.3)], _row("converged", 9.0))
+    summary["stability"] = paper._stability([dict(tuned[0], tuning_overhead_s=0.3)], _row("converged", 9.0), 8.0)
     result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 1, "wall_s": 60.0, "cap_factor": 10,
               "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
                           "nodes": 4},
@@ -85,13 +85,16 @@ def test_the_markdown_has_every_table(paper):
     # One tuned run: no spread; 10 s against 9 s for the start setting; 0.3 s of tuner overhead.
     assert "| logr | 9.0 | 10.0 | - | 1.11x | 3.0% |" in text
     assert "| logr | slowest tuned run / its start setting | 1.11x | <= 1.10x | short |" in text
+    assert "| logr | tfonline / Best, the start setting's run among the fixed | 1.25x | <= 1.10x | short |" in text
     assert "| logr | share of the job in tuner overhead (largest run) | 3% | <= 2% | short |" in text
 
 
 def test_stability_is_the_tuned_runs_spread_and_the_slowest_over_the_start(paper):
     tuned = [dict(_row("converged", t), tuning_overhead_s=o) for t, o in ((100.0, 1.0), (110.0, 1.1), (120.0, 3.6))]
-    st = paper._stability(tuned, _row("converged", 115.0))
+    st = paper._stability(tuned, _row("converged", 115.0), best_s=130.0)
     assert st["tuned_spread"] == pytest.approx(0.2) and st["slowest_tuned_over_start"] == pytest.approx(120 / 115)
+    assert st["tfonline_over_best_with_start"] == pytest.approx(110 / 115)  # the start beat every random setting
+    assert paper._stability(tuned, _row("converged", 115.0), best_s=100.0)["tfonline_over_best_with_start"] == pytest.approx(1.1)
     assert st["overhead_shares"] == pytest.approx([0.01, 0.01, 0.03]) and st["overhead_share"] == pytest.approx(0.03)
     # A start setting that did not converge gives no ratio (its time is only a lower bound).
     assert paper._stability(tuned, _row("stopped", 300.0))["slowest_tuned_over_start"] is None
