@@ -41,7 +41,7 @@ test: install browser
 check-wheel: install
 	PYTHON=$(PYTHON) BUILDER=$(BIN)/python .ci/check-wheel
 
-# The paper's evaluation on this machine (benchmarks/paper.py): quick about 35 min, full many hours;
+# The paper's evaluation on this machine (benchmarks/paper.py): quick about 42 min, full about 18 hours;
 # results and figures in benchmarks/results/<date>-<mode>.{md,json,png}
 bench: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick

@@ -1,8 +1,8 @@
 """The paper's evaluation (§VI), reproduced on this machine with one command.
 
     python benchmarks/paper.py --mode smoke|quick|full [--workloads logr,cnn,mlp,paper-sim] [--out benchmarks/results]
-    make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (about 35 min)
-    make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (many hours)
+    make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (about 42 min)
+    make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (about 18 hours)
 
 The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
 examples at the benchmark's sizes: their best fixed setting trains for a

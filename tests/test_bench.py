@@ -127,3 +127,10 @@ def test_sizing_refuses_an_unknown_workload_in_one_line(sizing, capsys, monkeypa
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "sizing.py: error: --workloads takes logr, svm, cnn, mlp, got 'nope'")
+
+
+def test_full_mode_trains_every_workload_to_a_lower_target_than_quick_mode():
+    workloads = _bench_module("workloads")
+    for name in workloads.SIZED:
+        quick, full = workloads.job(name, "quick").target_loss, workloads.job(name, "full").target_loss
+        assert full < quick, f"{name}: full mode's target {full} is not below quick mode's {quick}"
