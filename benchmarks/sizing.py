@@ -7,7 +7,7 @@ Runs each benchmark workload (``workloads.py``, quick size) once at
 TensorFlow's default setting, without tuning, past its quick target, to
 :data:`LOWEST` or for ``--seconds``, and prints the seconds after start-up at
 which the smoothed loss (what stops a job) first reached each candidate in
-:data:`CANDIDATES`. The quick targets are the first candidates near 70 s
+:data:`CANDIDATES`. The quick targets are the first candidates at 70-80 s
 after start-up (``workloads.py`` says why), full mode's the first near 5
 minutes or more. A sizing run is one run at one
 setting: it sets a size, not a result, and tfonline's own runs never enter it.

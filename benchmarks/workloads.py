@@ -54,7 +54,7 @@ after start-up at which the smoothed loss first crossed each candidate:
 
 LogR's is the first candidate at about 70 s at the default setting, so
 that a fixed setting up to about 15% faster (the quick bench's best fixed
-was 0.87-1.15x the default's time) still trains a minute after start-up.
+was 0.93-1.15x the default's time) still trains a minute after start-up.
 The CNN's and the MLP's were first set the same way (0.025 and 0.46), and
 the quick bench run at them (``benchmarks/results/2026-11-27-quick-resized.md``)
 found their iterations to the target vary more than that between runs of
