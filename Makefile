@@ -42,12 +42,15 @@ check-wheel: install
 	PYTHON=$(PYTHON) BUILDER=$(BIN)/python .ci/check-wheel
 
 # The paper's evaluation on this machine (benchmarks/paper.py): quick about 42 min, full about 18 hours;
-# results and figures in benchmarks/results/<date>-<mode>.{md,json,png}
+# results and figures in benchmarks/results/<date>-<mode>.{md,json,png}. bench-full runs in sittings of
+# about 150 minutes (benchmarks/journal.py): each goes on where the last stopped; run it until it says done.
+BENCH_SITTING_MIN ?= 150
 bench: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick
 
 bench-full: install
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full --resume --stop-after $(BENCH_SITTING_MIN); \
+	rc=$$?; if [ $$rc = 75 ]; then echo "bench-full: not done; run make bench-full again to go on"; exit 0; fi; exit $$rc
 
 clean:
 	rm -rf $(VENV) demo-runs *.egg-info build dist

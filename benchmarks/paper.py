@@ -1,8 +1,17 @@
 """The paper's evaluation (§VI), reproduced on this machine with one command.
 
     python benchmarks/paper.py --mode smoke|quick|full [--workloads logr,cnn,mlp,paper-sim] [--out benchmarks/results]
+                               [--resume] [--stop-after MINUTES]
     make bench        # quick: LogR, CNN, MLP and paper-sim; R = 4 random fixed settings, 2 tuned seeds (about 42 min)
-    make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (about 18 hours)
+    make bench-full   # full: also SVM; R = 30, 5 seeds, jobs of 5 minutes or more (about 18 hours, in sittings)
+
+A long benchmark runs in sittings (``benchmarks/journal.py``): each finished
+run is kept in ``<stem>-runs.jsonl``; ``--resume`` goes on with the newest
+unfinished benchmark of the mode in ``--out`` (or starts one), and
+``--stop-after MINUTES`` starts no run once the sitting has lasted that long,
+then exits with status 75 (the tables are written once every workload is
+done; exit 0). ``make bench-full`` resumes and stops after 150 minutes:
+run it again until it says done.
 
 The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
 examples at the benchmark's sizes: their best fixed setting trains for a
@@ -73,6 +82,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
+import journal  # noqa: E402
 from figures import draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
@@ -103,6 +113,7 @@ TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "tfonline
            "simulated": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "average_over_tfonline": 2.5}}
 DRAW_SEED = 2026  # the fixed settings' draw
 RANK_SEGMENT = 60  # iterations per segment for the estimator rank (fewer for short runs: at least 6 segments)
+UNFINISHED = 75  # the exit status of a sitting that stopped before the benchmark was done (EX_TEMPFAIL)
 PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best": "1.3-2.3x slower",
          "odmr_vs_checkpoint": "3.8-7.6x cheaper per reconfiguration", "estimator_rank": "2.0-3.3 of 100"}
 
@@ -145,6 +156,39 @@ def _run(job, db: str, log, **kwargs) -> dict:
     return row
 
 
+class _Stop(Exception):
+    """No run starts: the sitting has lasted ``--stop-after``."""
+
+
+class Kept:
+    """Each run's row: from the journal when an earlier sitting finished it, else run now and recorded there.
+
+    ``stop_after_s``: no run starts once this sitting has lasted that long (every sitting runs one at least)."""
+
+    def __init__(self, book: journal.Journal, log, stop_after_s: float | None = None):
+        self.book, self.log, self.stop_after_s, self.ran = book, log, stop_after_s, 0
+
+    def __call__(self, key: str, make_row, keeps: str | None = None):
+        """The row of run ``key``; ``make_row()`` runs it. ``keeps``: a repository the run wrote to that later
+        runs read, copied aside after it (:func:`journal.keep`)."""
+        if key in self.book.runs:
+            row = self.book.runs[key]
+            self.log(f"    kept       {row.get('completion_time_s') or 0:7.1f} s  {key}, from an earlier sitting")
+            return row
+        if self.stop_after_s is not None and self.ran and self.book.sitting_s >= self.stop_after_s:
+            raise _Stop
+        row = make_row()
+        self.ran += 1
+        self.book.record(key, row)
+        if keeps:
+            journal.keep(keeps)
+        return row
+
+
+def _every_time(key, make_row, keeps=None):
+    return make_row()
+
+
 def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
     def time_of(r):  # a capped or failed fixed run counts at the cap: a lower bound of its time
         return r["completion_time_s"] if r["status"] == "converged" else cap
@@ -180,10 +224,14 @@ def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
     }
 
 
-def _simulated(name: str, seeds: int, stem: str, log) -> dict:
+def _simulated(name: str, seeds: int, stem: str, log, kept=_every_time) -> dict:
     """The simulated workload ``name`` in the real workloads' form: tuned rows from its repository, fixed rows
-    from the simulated fixed runs."""
-    db = f"{stem}-{name}.db"
+    from the simulated fixed runs; one run for :class:`Kept` (a few minutes)."""
+    return kept(f"{name}/all", lambda: _simulate(name, seeds, f"{stem}-{name}.db", log))
+
+
+def _simulate(name: str, seeds: int, db: str, log) -> dict:
+    _remove(db)
     log(f"{name}: {SIMULATED_FIXED} random fixed settings and {seeds} tuned seeds, simulated")
     r = evaluate(SIMULATED[name](), db, random_settings=SIMULATED_FIXED, seeds=range(seeds),
                  min_segment_s=SIMULATED_MIN_SEGMENT_S)
@@ -262,6 +310,15 @@ def _mean(rows: list[dict], key: str) -> float | None:
     return statistics.mean(values) if values else None
 
 
+def _sittings(result: dict) -> str:
+    n, revisions = result.get("sittings", 1), result.get("revisions") or []
+    at = f" at {', '.join(revisions)}" if revisions else ""
+    if n == 1:
+        return at
+    return (f" over {n} sittings{at} (the runs kept; a run that a sitting left unfinished is not counted"
+            f"{'; the code changed between sittings' if len(revisions) > 1 else ''})")
+
+
 def _fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
@@ -271,8 +328,8 @@ def markdown(result: dict) -> str:
     lines = [f"# tfonline: the paper's evaluation, {result['mode']} mode ({result['date']})", "",
              f"Machine: {m['cores']} cores, {m['memory_gib']} GiB, {m['platform']}; Python {m['python']}, "
              f"TensorFlow {m['tensorflow']}; embedded cluster of {m['nodes']} nodes. Benchmark wall time: "
-             f"{result['wall_s'] / 60:.1f} min. R = {result['fixed_settings']} random fixed settings ({SIMULATED_FIXED} "
-             f"for a simulated workload; seed "
+             f"{result['wall_s'] / 60:.1f} min{_sittings(result)}. R = {result['fixed_settings']} random fixed "
+             f"settings ({SIMULATED_FIXED} for a simulated workload; seed "
              f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {result['cap_factor']}x the "
              "median tuned completion time and then counts at the cap. Completion times include everything the "
              "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
@@ -346,9 +403,9 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write(result: dict, stem: str, started: float) -> None:
+def _write(result: dict, stem: str, book: journal.Journal) -> None:
     """Writes the JSON and the tables after every workload: a long run keeps what it has."""
-    result["wall_s"] = time.monotonic() - started
+    result["wall_s"], result["sittings"], result["revisions"] = book.elapsed_s, book.sittings, book.revisions()
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=2)
     with open(stem + ".md", "w") as f:
@@ -363,24 +420,29 @@ def draw_settings(space: KnobSpace, count: int, seed: int) -> list[dict]:
     return drawn
 
 
-def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fixed_db: str, log) -> dict:
-    """One real workload: its tuned runs, its checkpoint-restart run and start setting (by mode), its fixed runs."""
+def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fixed_db: str, log,
+          kept=_every_time) -> dict:
+    """One real workload: its tuned runs, its checkpoint-restart run and start setting (by mode), its fixed runs;
+    each a run for :class:`Kept`."""
     plan = MODES[mode]
     log(f"{name}: tfonline from the default setting, {seeds} seeds")
-    tuned = [_run(workloads.job(name, mode), tuned_db, log, tune=True, seed=seed) for seed in range(seeds)]
+    tuned = [kept(f"{name}/tuned/{seed}", lambda seed=seed: _run(workloads.job(name, mode), tuned_db, log, tune=True,
+                                                                 seed=seed), keeps=tuned_db) for seed in range(seeds)]
     checkpoint = {}
     if plan["checkpoint"]:
         log(f"{name}: tfonline with checkpoint-restart switches (the baseline, Table V)")
-        checkpoint = _run(workloads.job(name, mode), tuned_db, log, tune=True, seed=0, reconfig="checkpoint")
+        checkpoint = kept(f"{name}/checkpoint", lambda: _run(workloads.job(name, mode), tuned_db, log, tune=True,
+                                                             seed=0, reconfig="checkpoint"), keeps=tuned_db)
     ok = [r for r in tuned if r["status"] == "converged"]
     cap = plan["cap"] * statistics.median(r["completion_time_s"] for r in (ok or tuned)
                                           if r["completion_time_s"] is not None)
     start = None
     if plan["start"]:
         log(f"{name}: the default setting, fixed (where the tuned runs start), capped at {cap:.0f} s")
-        start = _fixed(name, mode, None, cap, fixed_db, log)
+        start = kept(f"{name}/start", lambda: _fixed(name, mode, None, cap, fixed_db, log))
     log(f"{name}: {len(drawn)} random fixed settings, capped at {cap:.0f} s")
-    fixed = [_fixed(name, mode, setting, cap, fixed_db, log) for setting in drawn]
+    fixed = [kept(f"{name}/fixed/{i}", lambda setting=setting: _fixed(name, mode, setting, cap, fixed_db, log))
+             for i, setting in enumerate(drawn)]
     summary = _summary(ok or tuned, fixed, cap)
     summary["stability"] = _stability(tuned, start, summary["completion_time_s"]["best"])
     return {"tuned": tuned, "checkpoint": checkpoint, "start": start, "fixed": fixed, "summary": summary,
@@ -412,6 +474,30 @@ def _stability(tuned: list[dict], start: dict | None, best_s: float | None = Non
             "overhead_shares": shares, "overhead_share": max(shares) if shares else None}
 
 
+def _revision() -> str | None:
+    """The code's git revision, ``+`` when the tree has changes; None outside a git checkout."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=HERE,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
+
+
+def _runs(n: int) -> str:
+    return f"{n} run" if n == 1 else f"{n} runs"
+
+
+def _remove(db: str) -> None:
+    for suffix in ("", "-wal", "-shm", ".kept"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
@@ -419,45 +505,72 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     parser.add_argument("--fixed", type=int, help="random fixed settings per workload (default: by mode)")
     parser.add_argument("--seeds", type=int, help="tuned runs per workload (default: by mode)")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on with the newest unfinished benchmark of this mode in --out (else start one)")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES",
+                        help="start no run once this sitting has lasted MINUTES; exit 75 if not done")
     args = parser.parse_args(argv)
     names = [n.strip() for n in (args.workloads or MODES[args.mode]["workloads"]).split(",") if n.strip()]
     unknown = [n for n in names if n not in WORKLOADS and n not in SIMULATED]
     if unknown:
         parser.error(f"--workloads takes {', '.join([*WORKLOADS, *SIMULATED])}, got {unknown[0]!r}")
+    if args.stop_after is not None and not args.stop_after >= 0:
+        parser.error(f"--stop-after takes minutes >= 0, got {args.stop_after:g}")
     fixed_count = args.fixed or MODES[args.mode]["fixed"]
     seeds = args.seeds or MODES[args.mode]["seeds"]
     os.makedirs(args.out, exist_ok=True)
-    date = time.strftime("%Y-%m-%d")
-    stem = os.path.join(args.out, f"{date}-{args.mode}")
+    config = {"mode": args.mode, "workloads": ",".join(names), "fixed": fixed_count, "seeds": seeds,
+              "draw_seed": DRAW_SEED}
+    resumed = journal.latest_unfinished(args.out, args.mode) if args.resume else None
+    stem = resumed or os.path.join(args.out, f"{time.strftime('%Y-%m-%d')}-{args.mode}")
     tuned_db, fixed_db = stem + "-tuned.db", stem + "-fixed.db"
-    for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
-        for suffix in ("", "-wal", "-shm"):
-            if os.path.exists(path + suffix):
-                os.remove(path + suffix)
-    started = time.monotonic()
+    if resumed:
+        try:
+            book = journal.Journal.resume(stem + journal.SUFFIX, config)
+        except journal.JournalError as e:
+            parser.error(str(e))
+        journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
+    else:
+        for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
+            _remove(path)
+        book = journal.Journal.start(stem + journal.SUFFIX, config)
 
     def log(message):
-        print(f"[{(time.monotonic() - started) / 60:5.1f} min] {message}", flush=True)
+        print(f"[{book.elapsed_s / 60:5.1f} min] {message}", flush=True)
 
+    book.begin_sitting(revision=_revision(), date=time.strftime("%Y-%m-%d %H:%M"))
+    if resumed:
+        log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept")
+    kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after)
     import tensorflow as tf
 
     nodes = default_node_count()
     space = KnobSpace(nodes, os.cpu_count() or 1)
-    result = {"mode": args.mode, "date": date, "fixed_settings": fixed_count, "seeds": seeds, "workloads": {},
+    result = {"mode": args.mode, "date": os.path.basename(stem)[:10], "fixed_settings": fixed_count, "seeds": seeds,
+              "workloads": {},
               "machine": {"cores": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
                                                                          * os.sysconf("SC_PHYS_PAGES") / 2**30),
                           "platform": platform.platform(), "python": platform.python_version(),
                           "tensorflow": tf.__version__, "nodes": nodes},
               "paper": PAPER, "cap_factor": MODES[args.mode]["cap"], "draw_seed": DRAW_SEED}
-    for index, name in enumerate(names):
-        if name in SIMULATED:
-            result["workloads"][name] = _simulated(name, seeds, stem, log)
-        else:
-            result["workloads"][name] = _real(name, args.mode, seeds, draw_settings(space, fixed_count, DRAW_SEED + index),
-                                              tuned_db, fixed_db, log)
-        _write(result, stem, started)
+    try:
+        for index, name in enumerate(names):
+            if name in SIMULATED:
+                result["workloads"][name] = _simulated(name, seeds, stem, log, kept)
+            else:
+                result["workloads"][name] = _real(name, args.mode, seeds,
+                                                  draw_settings(space, fixed_count, DRAW_SEED + index),
+                                                  tuned_db, fixed_db, log, kept)
+            _write(result, stem, book)
+    except (_Stop, KeyboardInterrupt) as e:
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped after {args.stop_after:g} min"
+        book.end_sitting(why)
+        log(f"{why}: {_runs(len(book.runs))} kept in {book.path}; go on with: python benchmarks/paper.py "
+            f"--mode {args.mode} --out {args.out} --resume")
+        return UNFINISHED
     result["figures"] = [os.path.basename(p) for p in draw(result, stem)]
-    _write(result, stem, started)
+    _write(result, stem, book)
+    book.finish()
     log(f"done: {stem}.md")
     print(markdown(result))
     return 0

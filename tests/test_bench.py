@@ -134,3 +134,93 @@ def test_full_mode_trains_every_workload_to_a_lower_target_than_quick_mode():
     for name in workloads.SIZED:
         quick, full = workloads.job(name, "quick").target_loss, workloads.job(name, "full").target_loss
         assert full < quick, f"{name}: full mode's target {full} is not below quick mode's {quick}"
+
+
+# -- a benchmark in sittings (benchmarks/journal.py) ---------------------------------------------------------------
+
+CONFIG = {"mode": "smoke", "workloads": "logr", "fixed": 1, "seeds": 1, "draw_seed": 2026}
+
+
+@pytest.fixture(scope="module")
+def journal():
+    return _bench_module("journal")
+
+
+def test_a_resumed_journal_has_the_runs_and_wall_time_of_its_earlier_sittings(journal, tmp_path):
+    path = str(tmp_path / "2026-11-28-smoke-runs.jsonl")
+    first = journal.Journal.start(path, CONFIG)
+    first.begin_sitting(revision="abc1234")
+    first.record("logr/tuned/0", {"status": "converged", "completion_time_s": 30.0})
+    first.before_s = 100.0  # as if the sitting had run 100 s before this run ended
+    first.record("logr/fixed/0", {"status": "stopped", "completion_time_s": 90.0})
+    first.end_sitting("stopped after 0 min")
+    with open(path, "a") as f:
+        f.write('{"run": "logr/fixed/1", "row": {"sta')  # a line cut short when the machine went away
+    second = journal.Journal.resume(path, CONFIG)
+    second.begin_sitting(revision="def5678+")
+    assert second.revisions() == ["abc1234", "def5678+"]
+    assert second.runs == {"logr/tuned/0": {"status": "converged", "completion_time_s": 30.0},
+                           "logr/fixed/0": {"status": "stopped", "completion_time_s": 90.0}}
+    assert second.sittings == 2 and 100.0 <= second.elapsed_s < 110.0 and not second.finished
+    assert journal.latest_unfinished(str(tmp_path), "smoke") == path[: -len(journal.SUFFIX)]
+    second.finish()
+    assert second.finished and journal.latest_unfinished(str(tmp_path), "smoke") is None
+    assert journal.latest_unfinished(str(tmp_path), "full") is None
+
+
+def test_a_journal_of_another_benchmark_is_refused_in_one_line(journal, paper, tmp_path, capsys, monkeypatch):
+    path = str(tmp_path / "2026-11-27-smoke-runs.jsonl")
+    journal.Journal.start(path, CONFIG)
+    with pytest.raises(journal.JournalError) as refused:
+        journal.Journal.resume(path, dict(CONFIG, fixed=2))
+    assert str(refused.value) == (f"{path} is the journal of another benchmark: expected mode smoke, workloads logr, "
+                                  "fixed 2, seeds 1, draw_seed 2026, got mode smoke, workloads logr, fixed 1, seeds 1, "
+                                  "draw_seed 2026")
+    monkeypatch.setattr(sys, "argv", [BENCH])
+    with pytest.raises(SystemExit) as exited:  # before any TensorFlow, and the journal is left as it was
+        paper.main(["--mode", "smoke", "--fixed", "2", "--out", str(tmp_path), "--resume"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"paper.py: error: {refused.value}"
+    assert journal.Journal.resume(path, CONFIG).runs == {}
+    with pytest.raises(SystemExit):
+        paper.main(["--stop-after", "-1"])
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "paper.py: error: --stop-after takes minutes >= 0, got -1"
+
+
+def test_the_tuned_runs_repository_goes_back_to_its_copy_after_the_last_finished_run(journal, tmp_path):
+    import sqlite3
+
+    db = str(tmp_path / "tuned.db")
+
+    def jobs():
+        with sqlite3.connect(db) as conn:
+            return [j for (j,) in conn.execute("select id from jobs order by id")]
+
+    assert journal.restore(db) is False and not os.path.exists(db)  # no finished tuned run: a fresh repository
+    with sqlite3.connect(db) as conn:
+        conn.execute("pragma journal_mode=wal")
+        conn.execute("create table jobs (id text)")
+        conn.execute("insert into jobs values ('finished')")
+    journal.keep(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("insert into jobs values ('interrupted')")
+    assert jobs() == ["finished", "interrupted"]
+    assert journal.restore(db) is True and jobs() == ["finished"]
+
+
+def test_kept_runs_are_taken_from_the_journal_and_a_sitting_stops_on_time(journal, paper, tmp_path):
+    book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), CONFIG)
+    book.record("logr/tuned/0", {"completion_time_s": 30.0})
+    ran = []
+    kept = paper.Kept(book, log=lambda message: None, stop_after_s=0.0)
+
+    def run(name):
+        ran.append(name)
+        return {"completion_time_s": 1.0}
+
+    assert kept("logr/tuned/0", lambda: run("tuned")) == {"completion_time_s": 30.0}
+    assert kept("logr/fixed/0", lambda: run("fixed 0")) == {"completion_time_s": 1.0}  # a sitting runs one at least
+    with pytest.raises(paper._Stop):
+        kept("logr/fixed/1", lambda: run("fixed 1"))
+    assert ran == ["fixed 0"] and set(journal.Journal.resume(book.path, CONFIG).runs) == {"logr/tuned/0",
+                                                                                          "logr/fixed/0"}

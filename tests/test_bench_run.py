@@ -5,17 +5,35 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 
 from test_bench import BENCH, paper  # noqa: F401 (paper: the fixture)
 
 
+def _sitting(tmp_path, *extra):
+    return subprocess.run([sys.executable, BENCH, "--mode", "smoke", "--out", str(tmp_path), "--stop-after", "0",
+                           *extra], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
 def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_path):
-    """Smoke mode: one tuned seed and one random fixed setting of the LogR example at its demo size (about 25 s)."""
-    out = subprocess.run([sys.executable, BENCH, "--mode", "smoke", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    """Smoke mode: one tuned seed and one random fixed setting of the LogR example at its demo size (about 25 s),
+    in two sittings of one run each (``--stop-after 0``): the second takes the tuned run from the journal."""
+    out = _sitting(tmp_path)
+    assert out.returncode == 75, out.stderr[-2000:]
+    (journal,) = [p for p in os.listdir(tmp_path) if p.endswith("-smoke-runs.jsonl")]
+    lines = [json.loads(line) for line in (tmp_path / journal).read_text().splitlines()]
+    assert [line.get("run") for line in lines[2:-1]] == ["logr/tuned/0"] and "sitting_ended" in lines[-1]
+    assert lines[1]["sitting"] == 1 and lines[1]["revision"]  # the code it ran on
+    assert out.stdout.strip().splitlines()[-1].endswith(
+        f"stopped after 0 min: 1 run kept in {tmp_path / journal}; go on with: python benchmarks/paper.py "
+        f"--mode smoke --out {tmp_path} --resume")
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".md")]
+    out = _sitting(tmp_path, "--resume")
     assert out.returncode == 0, out.stderr[-2000:]
+    assert "(sitting 2): 1 run kept" in out.stdout and "logr/tuned/0, from an earlier sitting" in out.stdout
     (md,) = [p for p in os.listdir(tmp_path) if p.endswith("-smoke.md")]
     text = (tmp_path / md).read_text()
     for heading in ("## Completion time (Fig. 5) and ratios", "## Against the targets",
@@ -25,6 +43,10 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
     result = json.loads((tmp_path / md.replace(".md", ".json")).read_text())
     logr = result["workloads"]["logr"]
     assert [r["status"] for r in logr["tuned"]] == ["converged"] and len(logr["fixed"]) == 1
+    assert logr["tuned"][0] == lines[2]["row"] and result["sittings"] == 2
+    assert f"over 2 sittings at {lines[1]['revision']} (the runs kept" in text
+    with sqlite3.connect(tmp_path / md.replace(".md", "-tuned.db")) as conn:  # the tuned run was not run again
+        assert conn.execute("select id from jobs").fetchall() == [(logr["tuned"][0]["job_id"],)]
     c, ratios = logr["summary"]["completion_time_s"], logr["summary"]["ratios"]
     assert c["best"] <= c["average"] <= c["worst"] and c["tfonline"] == logr["tuned"][0]["completion_time_s"]
     assert ratios["tfonline_over_best"] == c["tfonline"] / c["best"]

@@ -1,0 +1,168 @@
+"""A benchmark that stops and goes on: the runs it has finished, kept in a journal beside its results.
+
+``make bench-full`` runs 37 jobs per real workload, each of 5 minutes or
+more: about 18 hours on this machine, against sittings of at most three.
+``benchmarks/paper.py --resume`` goes on with the newest unfinished
+benchmark of its mode in ``--out``: every run the journal holds is taken from
+it as it was measured, and only the others run. ``--stop-after MINUTES``
+ends a sitting cleanly: no run starts once the sitting has lasted that long
+(the one under way finishes; every sitting runs at least one).
+
+The journal, ``<stem>-runs.jsonl``, holds one JSON object per line:
+
+- first, the benchmark's configuration (mode, workloads, R, seeds, the
+  fixed settings' draw seed): a resumed benchmark must be the same one;
+- then one line per finished run: its key (``logr/tuned/0``,
+  ``logr/fixed/3``, ``paper-sim/all`` ...), its row, and the benchmark's
+  wall time so far, summed over its sittings; and at each sitting's start,
+  the code's revision (a benchmark whose sittings ran on several revisions
+  says so in its tables) and at its end, why it ended;
+- last, once every workload is done, ``{"finished": true}``.
+
+A run that a sitting left unfinished (Ctrl-C, a machine that went away) is
+run again from its start. Its rows stay in the repositories, except in the
+tuned runs' repository: a tuned run starts from the triples of the tuned runs
+before it (``tuning={"resume": True}``, the default), so after each finished
+tuned run that repository is copied aside (``<tuned db>.kept``, SQLite's
+backup) and a resumed benchmark starts from that copy.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sqlite3
+import time
+
+SUFFIX = "-runs.jsonl"
+
+
+class JournalError(Exception):
+    """A journal that cannot be resumed: one line, naming what was expected and what was found."""
+
+
+class Journal:
+    """The finished runs of one benchmark (``path``), appended to as each run ends."""
+
+    def __init__(self, path: str, config: dict, runs: dict[str, dict] | None = None, elapsed_s: float = 0.0,
+                 sittings: int = 1):
+        self.path, self.config = path, config
+        self.runs = dict(runs or {})
+        self.before_s = elapsed_s  # the earlier sittings' wall time, up to their last finished run
+        self.sittings = sittings
+        self._started = time.monotonic()
+
+    @classmethod
+    def start(cls, path: str, config: dict) -> "Journal":
+        """A new journal at ``path`` (an earlier one there is replaced)."""
+        with open(path, "w") as f:
+            f.write(json.dumps({"config": config}) + "\n")
+        return cls(path, config)
+
+    @classmethod
+    def resume(cls, path: str, config: dict) -> "Journal":
+        """The journal at ``path``, for the same ``config``; its runs are kept, and a new sitting begins."""
+        runs, elapsed, lines = {}, 0.0, _lines(path, mend=True)
+        found = lines[0].get("config") if lines else None
+        if found != config:
+            raise JournalError(f"{path} is the journal of another benchmark: expected {_brief(config)}, "
+                               f"got {_brief(found) if found else 'no configuration line'}")
+        for line in lines[1:]:
+            if "run" in line:
+                runs[line["run"]] = line["row"]
+                elapsed = line["elapsed_s"]
+        return cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line))
+
+    @property
+    def finished(self) -> bool:
+        return any(line.get("finished") for line in _lines(self.path))
+
+    @property
+    def sitting_s(self) -> float:
+        """This sitting's wall time so far."""
+        return time.monotonic() - self._started
+
+    @property
+    def elapsed_s(self) -> float:
+        """The benchmark's wall time: the earlier sittings' and this one's."""
+        return self.before_s + self.sitting_s
+
+    def record(self, key: str, row: dict) -> None:
+        self.runs[key] = row
+        self._append({"run": key, "row": row, "elapsed_s": self.elapsed_s})
+
+    def begin_sitting(self, **facts) -> None:
+        """Notes what this sitting ran on (the code's revision, the date) in the journal."""
+        self._append({"sitting": self.sittings, **facts})
+
+    def revisions(self) -> list[str]:
+        """The code revisions the sittings ran on, in order, each once."""
+        seen = [line["revision"] for line in _lines(self.path) if line.get("revision")]
+        return list(dict.fromkeys(seen))
+
+    def end_sitting(self, why: str) -> None:
+        self._append({"sitting_ended": why, "elapsed_s": self.elapsed_s})
+
+    def finish(self) -> None:
+        self._append({"finished": True, "elapsed_s": self.elapsed_s})
+
+    def _append(self, line: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def latest_unfinished(out: str, mode: str) -> str | None:
+    """The stem of the newest journal of ``mode`` in ``out`` that has no ``finished`` line, or None."""
+    paths = sorted(glob.glob(os.path.join(out, f"*-{mode}{SUFFIX}")), key=os.path.getmtime, reverse=True)
+    for path in paths:
+        if not any(line.get("finished") for line in _lines(path)):
+            return path[: -len(SUFFIX)]
+    return None
+
+
+def keep(db: str) -> None:
+    """Copies the repository ``db`` aside (``<db>.kept``), consistently, with SQLite's backup."""
+    _backup(db, db + ".kept")
+
+
+def restore(db: str) -> bool:
+    """Replaces ``db`` by its kept copy; with none, removes it. True when a copy was restored."""
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(db + suffix):
+            os.remove(db + suffix)
+    if not os.path.exists(db + ".kept"):
+        return False
+    _backup(db + ".kept", db)
+    return True
+
+
+def _backup(source: str, target: str) -> None:
+    with sqlite3.connect(source) as src, sqlite3.connect(target) as dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+
+
+def _lines(path: str, mend: bool = False) -> list[dict]:
+    """The journal's lines; a last line cut short by a machine that went away is left out (``mend``: and cut
+    from the file, so that the next line appended starts a line of its own)."""
+    lines, good = [], 0
+    with open(path, "rb") as f:
+        for text in f:
+            try:
+                if not text.endswith(b"\n"):
+                    break
+                lines.append(json.loads(text))
+            except json.JSONDecodeError:
+                break
+            good += len(text)
+    if mend and good < os.path.getsize(path):
+        os.truncate(path, good)
+    return lines
+
+
+def _brief(config: dict) -> str:
+    return ", ".join(f"{key} {value}" for key, value in config.items())
