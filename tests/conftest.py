@@ -14,6 +14,20 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(__file__))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def children_write_their_temporary_files_in_the_sessions_folder(tmp_path_factory):
+    """The processes the tests start (drivers, nodes) write their temporary files under the session's folder,
+    which pytest prunes: a driver a test kills with SIGKILL cannot remove them (TensorFlow's autograph modules
+    are removed at exit), and each ``make test`` left two to four ``__autograph_generated_file*.py`` in /tmp."""
+    before = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("children-tmp"))
+    yield
+    if before is None:
+        del os.environ["TMPDIR"]
+    else:
+        os.environ["TMPDIR"] = before
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """One real local cluster of 3 TensorFlow server nodes for the whole session."""
