@@ -173,6 +173,49 @@ def test_a_step_that_fails_in_tensorflow_fails_the_job_in_one_line_naming_the_st
     assert _rows(db_path, "select status, stop_reason, iterations from jobs") == [("failed", said, 50)]
 
 
+class _StuckAtBatch9879(CountdownJob):
+    """Batches count down from 10,000; the step that reads batch 9,879 (worker 1's 61st of ps1 w2) waits on an
+    empty queue: it never ends on its own, and closing its session cancels it (a ``CancelledError``)."""
+
+    def __init__(self):
+        super().__init__(start=10000)
+
+    def model_fn(self, features, labels):
+        import tensorflow as tf
+
+        queue = tf.queue.FIFOQueue(1, tf.float32, shapes=[[]])
+        waited = tf.cond(tf.equal(features[0], 9879.0), queue.dequeue, lambda: tf.constant(0.0))
+        return super().model_fn(features, labels) + 0.0 * waited
+
+
+def test_a_step_that_does_not_end_when_the_workers_pause_is_given_up_on_and_the_job_goes_on(db_path, caplog,
+                                                                                           monkeypatch):
+    """A worker's step that never ends, with every node alive (seen once in a tuned LogR job of the full
+    benchmark), holds the switch that pauses the workers for :data:`JOIN_TIMEOUT_S` at most (1 s here); its
+    thread is then given up on, and the step, cancelled when the switch closes its session, does not fail the
+    job (without the fix: "TensorFlow failed at step 151: CancelledError: Step was cancelled by an explicit call
+    to `Session::Close()`."). The switch, to a new thread pool, restarts every node: the workers pause."""
+    import logging
+
+    import tfonline._workers
+
+    monkeypatch.setattr(tfonline._workers, "JOIN_TIMEOUT_S", 1.0)
+    caplog.set_level(logging.WARNING, logger="tfonline")
+    before = node_processes()
+    start = {"ps": 1, "worker": 2, "intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1}
+    result = _StuckAtBatch9879().run(db=db_path, nodes=3, setting=start, mode="async", max_steps=6000, quiet=True,
+                                     checkpoint_every_s=None,
+                                     schedule=[(150, {"inter_op_parallelism_threads": 2})])
+    assert result.status == "stopped" and result.stop_reason == "max_steps (6000) reached", result.stop_reason
+    assert node_processes() == before
+    assert "worker 1's step did not end within 1 s; its thread is given up on (the step is cancelled when its " \
+           "session closes)" in caplog.messages
+    (short,) = [s for s, in _rows(db_path, "select s.short from segments g join settings s on s.id = g.setting_id "
+                                           "order by g.segment desc limit 1")]
+    assert short.startswith("ps1 w2 t1/2")
+    assert 9879.0 not in [loss for loss, in _rows(db_path, "select loss from iterations")]  # never recorded
+
+
 def test_the_essence_of_a_tensorflow_error_joins_a_line_that_only_introduces_the_next():
     # A fixed LogR job failed with only "CANCELLED: From /job:node/replica:0/task:3:" (NOTES, 2026-11-27).
     message = "CANCELLED: From /job:node/replica:0/task:3:\nRecvAsync is cancelled.\n\t [[{{node Send_1}}]]"

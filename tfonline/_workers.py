@@ -10,6 +10,7 @@ workers for a switch, or when the new setting has no such worker.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import wait
@@ -20,6 +21,10 @@ from tfonline._calls import DaemonExecutor, essence, run_retrying_aborts
 from tfonline._state import Stop, TrainingState
 from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
 
+logger = logging.getLogger("tfonline")
+
+# How long the workers have to end their iterations when they stop or pause, all together: a thread whose step
+# has not ended by then is given up on (Workers.join).
 JOIN_TIMEOUT_S = 30.0
 
 
@@ -61,10 +66,24 @@ class Workers:
                 thread.start()
 
     def join(self) -> None:
+        """Waits for every worker to end its iteration, :data:`JOIN_TIMEOUT_S` at most in all.
+
+        A worker whose step has not ended by then is given up on (:meth:`abandon`): whatever its step does
+        after, it records nothing and fails nothing. A tuned LogR job's step once did not end for 30 s with
+        every node alive; the switch went on, closed the sessions, and the step's "CancelledError: Session
+        has been closed" failed the job (NOTES.md, thirty-fifth session).
+        """
         with self.state.lock:
-            threads = list(self._threads.values())
-        for thread in threads:
-            thread.join(JOIN_TIMEOUT_S)
+            threads = dict(self._threads)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        for thread in threads.values():
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for rank, thread in threads.items():
+            if thread.is_alive():
+                what = "the synchronous step" if self.sync else f"worker {rank}'s step"
+                logger.warning("%s did not end within %.0f s; its thread is given up on (the step is cancelled "
+                               "when its session closes)", what, JOIN_TIMEOUT_S)
+                self.abandon(rank)
         with self.state.lock:
             self._threads.clear()
 
