@@ -24,7 +24,9 @@ run again from its start. Its rows stay in the repositories, except in the
 tuned runs' repository: a tuned run starts from the triples of the tuned runs
 before it (``tuning={"resume": True}``, the default), so after each finished
 tuned run that repository is copied aside (``<tuned db>.kept``, SQLite's
-backup) and a resumed benchmark starts from that copy.
+backup) and a resumed benchmark starts from that copy. The repositories
+stay beside the journal (git ignores them): a resumed benchmark whose
+journal keeps runs without their repositories is refused.
 """
 
 from __future__ import annotations

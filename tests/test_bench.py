@@ -184,7 +184,8 @@ def test_a_journal_of_another_benchmark_is_refused_in_one_line(journal, paper, t
     assert journal.Journal.resume(path, CONFIG).runs == {}
     with pytest.raises(SystemExit):
         paper.main(["--stop-after", "-1"])
-    assert capsys.readouterr().err.strip().splitlines()[-1] == "paper.py: error: --stop-after takes minutes >= 0, got -1"
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said == "paper.py: error: --stop-after takes minutes >= 0, got -1"
 
 
 def test_the_tuned_runs_repository_goes_back_to_its_copy_after_the_last_finished_run(journal, tmp_path):
@@ -224,3 +225,27 @@ def test_kept_runs_are_taken_from_the_journal_and_a_sitting_stops_on_time(journa
         kept("logr/fixed/1", lambda: run("fixed 1"))
     assert ran == ["fixed 0"] and set(journal.Journal.resume(book.path, CONFIG).runs) == {"logr/tuned/0",
                                                                                           "logr/fixed/0"}
+
+
+def test_the_early_staleness_experiment_refuses_an_unknown_run_in_one_line(capsys, monkeypatch):
+    experiment = _bench_module("early_staleness")
+    monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "early_staleness.py")])
+    with pytest.raises(SystemExit) as exited:
+        experiment.main(["C", "D"])
+    assert exited.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said == "early_staleness.py: error: the runs are C, A, B, got 'D'"
+
+
+def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, paper, tmp_path, capsys, monkeypatch):
+    """A fresh checkout has the journal (it is small) but not the repositories it was kept with (git ignores them)."""
+    stem = tmp_path / "2026-11-28-smoke"
+    book = journal.Journal.start(f"{stem}{journal.SUFFIX}", CONFIG)
+    book.record("logr/tuned/0", {"status": "converged", "completion_time_s": 30.0})
+    monkeypatch.setattr(sys, "argv", [BENCH])
+    with pytest.raises(SystemExit) as exited:
+        paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"paper.py: error: --resume: {stem}-tuned.db.kept is missing; the runs {stem}{journal.SUFFIX} keeps need "
+        "their repositories beside it")
