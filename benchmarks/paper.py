@@ -531,7 +531,8 @@ def main(argv=None) -> int:
             parser.error(str(e))
         needed = [(tuned_db + ".kept", "/tuned/"), (fixed_db, "/fixed/")]
         for path in (p for p, kind in needed if any(kind in key for key in book.runs) and not os.path.exists(p)):
-            parser.error(f"--resume: {path} is missing; the runs {book.path} keeps need their repositories beside it")
+            parser.error(f"--resume: {path} is missing; the runs {book.path} keeps need their repositories beside "
+                         "it (without them, remove it to start afresh)")
         journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
     else:
         for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):

@@ -248,4 +248,4 @@ def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, p
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         f"paper.py: error: --resume: {stem}-tuned.db.kept is missing; the runs {stem}{journal.SUFFIX} keeps need "
-        "their repositories beside it")
+        "their repositories beside it (without them, remove it to start afresh)")
