@@ -529,8 +529,9 @@ def main(argv=None) -> int:
             book = journal.Journal.resume(stem + journal.SUFFIX, config)
         except journal.JournalError as e:
             parser.error(str(e))
-        needed = [(tuned_db + ".kept", "/tuned/"), (fixed_db, "/fixed/")]
-        for path in (p for p, kind in needed if any(kind in key for key in book.runs) and not os.path.exists(p)):
+        needed = [(tuned_db + ".kept", ("/tuned/", "/checkpoint")), (fixed_db, ("/fixed/", "/start"))]
+        for path in (p for p, kinds in needed if any(k in key for key in book.runs for k in kinds)
+                     and not os.path.exists(p)):
             parser.error(f"--resume: {path} is missing; the runs {book.path} keeps need their repositories beside "
                          "it (without them, remove it to start afresh)")
         journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it

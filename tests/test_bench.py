@@ -241,8 +241,13 @@ def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, p
     """A fresh checkout has the journal (it is small) but not the repositories it was kept with (git ignores them)."""
     stem = tmp_path / "2026-11-28-smoke"
     book = journal.Journal.start(f"{stem}{journal.SUFFIX}", CONFIG)
-    book.record("logr/tuned/0", {"status": "converged", "completion_time_s": 30.0})
+    book.record("logr/start", {"status": "converged", "completion_time_s": 40.0})  # written to the fixed runs' one
     monkeypatch.setattr(sys, "argv", [BENCH])
+    with pytest.raises(SystemExit):
+        paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume"])
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        f"paper.py: error: --resume: {stem}-fixed.db is missing")
+    book.record("logr/tuned/0", {"status": "converged", "completion_time_s": 30.0})
     with pytest.raises(SystemExit) as exited:
         paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume"])
     assert exited.value.code == 2
