@@ -48,11 +48,12 @@ class Journal:
     """The finished runs of one benchmark (``path``), appended to as each run ends."""
 
     def __init__(self, path: str, config: dict, runs: dict[str, dict] | None = None, elapsed_s: float = 0.0,
-                 sittings: int = 1):
+                 sittings: int = 1, revisions: list[str] | None = None):
         self.path, self.config = path, config
         self.runs = dict(runs or {})
         self.before_s = elapsed_s  # the earlier sittings' wall time, up to their last finished run
         self.sittings = sittings
+        self.revisions = list(revisions or [])  # the code revisions the sittings ran on, in order, each once
         self._started = time.monotonic()
 
     @classmethod
@@ -74,11 +75,13 @@ class Journal:
             if "run" in line:
                 runs[line["run"]] = line["row"]
                 elapsed = line["elapsed_s"]
-        return cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line))
+        revisions = list(dict.fromkeys(line["revision"] for line in lines if line.get("revision")))
+        return cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line),
+                   revisions=revisions)
 
     @property
     def finished(self) -> bool:
-        return any(line.get("finished") for line in _lines(self.path))
+        return _finished(self.path)
 
     @property
     def sitting_s(self) -> float:
@@ -94,14 +97,11 @@ class Journal:
         self.runs[key] = row
         self._append({"run": key, "row": row, "elapsed_s": self.elapsed_s})
 
-    def begin_sitting(self, **facts) -> None:
+    def begin_sitting(self, revision: str | None = None, **facts) -> None:
         """Notes what this sitting ran on (the code's revision, the date) in the journal."""
-        self._append({"sitting": self.sittings, **facts})
-
-    def revisions(self) -> list[str]:
-        """The code revisions the sittings ran on, in order, each once."""
-        seen = [line["revision"] for line in _lines(self.path) if line.get("revision")]
-        return list(dict.fromkeys(seen))
+        if revision and revision not in self.revisions:
+            self.revisions.append(revision)
+        self._append({"sitting": self.sittings, "revision": revision, **facts})
 
     def end_sitting(self, why: str) -> None:
         self._append({"sitting_ended": why, "elapsed_s": self.elapsed_s})
@@ -119,10 +119,11 @@ class Journal:
 def latest_unfinished(out: str, mode: str) -> str | None:
     """The stem of the newest journal of ``mode`` in ``out`` that has no ``finished`` line, or None."""
     paths = sorted(glob.glob(os.path.join(out, f"*-{mode}{SUFFIX}")), key=os.path.getmtime, reverse=True)
-    for path in paths:
-        if not any(line.get("finished") for line in _lines(path)):
-            return path[: -len(SUFFIX)]
-    return None
+    return next((path[: -len(SUFFIX)] for path in paths if not _finished(path)), None)
+
+
+def _finished(path: str) -> bool:
+    return any(line.get("finished") for line in _lines(path))
 
 
 def keep(db: str) -> None:
@@ -130,11 +131,16 @@ def keep(db: str) -> None:
     _backup(db, db + ".kept")
 
 
-def restore(db: str) -> bool:
-    """Replaces ``db`` by its kept copy; with none, removes it. True when a copy was restored."""
-    for suffix in ("", "-wal", "-shm"):
+def remove(db: str, suffixes=("", "-wal", "-shm", ".kept")) -> None:
+    """Removes the repository ``db``: its file, SQLite's, and its kept copy."""
+    for suffix in suffixes:
         if os.path.exists(db + suffix):
             os.remove(db + suffix)
+
+
+def restore(db: str) -> bool:
+    """Replaces ``db`` by its kept copy; with none, removes it. True when a copy was restored."""
+    remove(db, ("", "-wal", "-shm"))
     if not os.path.exists(db + ".kept"):
         return False
     _backup(db + ".kept", db)

@@ -231,7 +231,7 @@ def _simulated(name: str, seeds: int, stem: str, log, kept=_every_time) -> dict:
 
 
 def _simulate(name: str, seeds: int, db: str, log) -> dict:
-    _remove(db)
+    journal.remove(db)
     log(f"{name}: {SIMULATED_FIXED} random fixed settings and {seeds} tuned seeds, simulated")
     r = evaluate(SIMULATED[name](), db, random_settings=SIMULATED_FIXED, seeds=range(seeds),
                  min_segment_s=SIMULATED_MIN_SEGMENT_S)
@@ -405,7 +405,7 @@ def markdown(result: dict) -> str:
 
 def _write(result: dict, stem: str, book: journal.Journal) -> None:
     """Writes the JSON and the tables after every workload: a long run keeps what it has."""
-    result["wall_s"], result["sittings"], result["revisions"] = book.elapsed_s, book.sittings, book.revisions()
+    result["wall_s"], result["sittings"], result["revisions"] = book.elapsed_s, book.sittings, book.revisions
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=2)
     with open(stem + ".md", "w") as f:
@@ -492,12 +492,6 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def _remove(db: str) -> None:
-    for suffix in ("", "-wal", "-shm", ".kept"):
-        if os.path.exists(db + suffix):
-            os.remove(db + suffix)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
@@ -537,7 +531,7 @@ def main(argv=None) -> int:
         journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
     else:
         for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
-            _remove(path)
+            journal.remove(path)
         book = journal.Journal.start(stem + journal.SUFFIX, config)
 
     def log(message):

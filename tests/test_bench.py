@@ -158,7 +158,8 @@ def test_a_resumed_journal_has_the_runs_and_wall_time_of_its_earlier_sittings(jo
         f.write('{"run": "logr/fixed/1", "row": {"sta')  # a line cut short when the machine went away
     second = journal.Journal.resume(path, CONFIG)
     second.begin_sitting(revision="def5678+")
-    assert second.revisions() == ["abc1234", "def5678+"]
+    assert second.revisions == ["abc1234", "def5678+"]
+    assert journal.Journal.resume(path, CONFIG).revisions == ["abc1234", "def5678+"]  # as the file has them
     assert second.runs == {"logr/tuned/0": {"status": "converged", "completion_time_s": 30.0},
                            "logr/fixed/0": {"status": "stopped", "completion_time_s": 90.0}}
     assert second.sittings == 2 and 100.0 <= second.elapsed_s < 110.0 and not second.finished

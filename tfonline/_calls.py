@@ -69,6 +69,14 @@ def each_step(*steps) -> None:
         raise first
 
 
+def join_all(threads, timeout_s: float) -> list[bool]:
+    """Joins ``threads`` under one deadline, ``timeout_s`` from now; returns, for each, whether it ended."""
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [not thread.is_alive() for thread in threads]
+
+
 def side_by_side(calls, what: str, why: str = "a node is gone", timeout_s: float = CLEANUP_TIMEOUT_S) -> list[bool]:
     """Runs each call in a daemon thread, all under one deadline (``timeout_s``); errors are ignored.
 
@@ -87,10 +95,7 @@ def side_by_side(calls, what: str, why: str = "a node is gone", timeout_s: float
                for call in calls]
     for thread in threads:
         thread.start()
-    deadline = time.monotonic() + timeout_s
-    for thread in threads:
-        thread.join(max(0.0, deadline - time.monotonic()))
-    finished = [not thread.is_alive() for thread in threads]
+    finished = join_all(threads, timeout_s)
     if not all(finished):
         logger.warning("%s: %d of %d did not finish within %.0f s (%s); abandoned", what,
                        finished.count(False), len(finished), timeout_s, why)

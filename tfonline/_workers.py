@@ -17,7 +17,7 @@ from concurrent.futures import wait
 
 import tensorflow as tf
 
-from tfonline._calls import DaemonExecutor, essence, run_retrying_aborts
+from tfonline._calls import DaemonExecutor, essence, join_all, run_retrying_aborts
 from tfonline._state import Stop, TrainingState
 from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
 
@@ -75,11 +75,8 @@ class Workers:
         """
         with self.state.lock:
             threads = dict(self._threads)
-        deadline = time.monotonic() + JOIN_TIMEOUT_S
-        for thread in threads.values():
-            thread.join(max(0.0, deadline - time.monotonic()))
-        for rank, thread in threads.items():
-            if thread.is_alive():
+        for rank, ended in zip(threads, join_all(threads.values(), JOIN_TIMEOUT_S)):
+            if not ended:
                 what = "the synchronous step" if self.sync else f"worker {rank}'s step"
                 logger.warning("%s did not end within %.0f s; its thread is given up on (the step is cancelled "
                                "when its session closes)", what, JOIN_TIMEOUT_S)
