@@ -221,6 +221,28 @@ def test_outlier_filter_keeps_a_trend_and_drops_spikes():
     assert dropped == 2 and 31 not in kept_steps and 61 not in kept_steps
 
 
+def test_the_outlier_filter_keeps_exactly_what_its_definition_keeps_at_every_length():
+    """Point by point: dropped when more than 3.5 robust standard deviations (1.4826 x MAD) from the median of
+    the up to 7 points around it (fewer at the ends), kept when that MAD is 0; ties and short series too."""
+    rng = np.random.default_rng(7)
+    for size in [*range(12), 40, 301]:
+        for trial in range(12):
+            losses = rng.normal(1.0, 0.1, size)
+            if trial % 3 == 0:
+                losses = np.round(losses, 1)  # ties, and windows whose MAD is 0
+            losses[rng.integers(0, max(size, 1), size // 8)] += 3.0
+            expected = []
+            for i in range(size):
+                window = losses[max(i - 3, 0):i + 4]
+                median = np.median(window)
+                mad = 1.4826 * np.median(np.abs(window - median))
+                expected.append(size < 3 or not (mad > 0 and abs(losses[i] - median) > 3.5 * mad))
+            steps = np.arange(1, size + 1, dtype=float)
+            kept_steps, _, dropped = clean_segment(steps, losses)
+            assert list(kept_steps) == list(steps[np.array(expected, dtype=bool)]) if size else kept_steps.size == 0
+            assert dropped == expected.count(False)
+
+
 def test_built_ins_are_registered_entry_points():
     assert {"hogwild", "loss-curve"} <= set(available_estimators())
     assert isinstance(get_estimator("hogwild", condition_number=2.0), HogwildEstimator)

@@ -48,23 +48,30 @@ def test_the_job_records_its_estimates(real_run):
 
 
 def test_a_job_uses_a_third_party_estimator(site, cluster, db_path):  # noqa: F811
+    """Its answers are recorded; and a fit that takes 0.1 s of CPU makes the job estimate at most every 5 s, so
+    that estimates take at most 2% of the driver's time (one a second otherwise)."""
     _install_distribution(site, "thirdparty-eta", "halfway = thirdparty_eta:Halfway", module=(
+        "import time\n"
         "from tfonline.estimator import BaseEstimator\n"
         "class Halfway(BaseEstimator):\n"
         "    name = 'halfway'\n"
         "    min_points = 2\n"
         "    def _fit(self, segment):\n"
+        "        started = time.thread_time()\n"
+        "        while time.thread_time() - started < 0.1:\n"
+        "            pass\n"
         "        self.t = float(segment.t[-1])\n"
         "    def _remaining(self, current, target):\n"
         "        return self.t, None\n"))
     # A job of a fixed 6 s: SlowerLogR converges in about a second here, which could end before the first
-    # estimate (a full smoothing window, then one estimate a second).
+    # estimate (a full smoothing window, then the first estimate).
     job = SlowerLogR()
     job.target_loss = 1e-6
     result = job.run(db=db_path, cluster=cluster, estimator="halfway", quiet=True, max_seconds=6, patience=None)
     assert result.stop_reason == "max_seconds (6 s) reached"
     rows = sqlite3.connect(db_path).execute("select step, estimator, remaining_iterations from estimates").fetchall()
     assert rows and all(name == "halfway" for _, name, _ in rows)
+    assert len(rows) <= 2  # 6 s, and the second estimate starts 5 s after the first at the earliest
     answered = [(step, remaining) for step, _, remaining in rows if remaining is not None]
     # Its answer is the segment's last usable step (one segment, so t is the global step). Cleaning may drop
     # the latest loss as an outlier, so that step is a recorded one at or before the estimate's step.

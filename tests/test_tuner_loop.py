@@ -1072,12 +1072,13 @@ def test_a_setting_a_lost_node_imposed_is_the_one_the_next_decision_leaves_from(
     job.drive(manager, 2)
     imposed = dict(manager.current, ps=1, worker=1)
     assert imposed != manager.current
-    steps, losses = list(manager.job_steps), list(manager.job_losses)
+    steps, losses = list(manager.history.steps), list(manager.history.losses)
+    assert steps[:50] == list(range(1, 51)) and len(steps) > 50
     manager.moved_to(imposed, back_to=50)
     assert manager.current == imposed
-    assert manager.job_steps == steps[:50] and manager.job_losses == losses[:50]
+    assert list(manager.history.steps) == steps[:50] and list(manager.history.losses) == losses[:50]
     manager.moved_to(dict(imposed, worker=2))  # a lost worker: the history stays
-    assert manager.current == dict(imposed, worker=2) and manager.job_steps == steps[:50]
+    assert manager.current == dict(imposed, worker=2) and list(manager.history.steps) == steps[:50]
     decision, = job.drive(manager, 1)
     assert decision.current == dict(imposed, worker=2)
 

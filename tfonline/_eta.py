@@ -20,6 +20,7 @@ from tfonline.setting import short_form
 logger = logging.getLogger("tfonline")
 
 ESTIMATE_INTERVAL_S = 1.0
+ESTIMATE_SHARE = 0.02  # at most this share of the monitor thread's time goes to estimates
 
 
 class Progress:
@@ -69,16 +70,25 @@ class Progress:
     def estimate(self) -> None:
         """Fits the estimator on the current segment and records its estimate.
 
-        At most once every ``ESTIMATE_INTERVAL_S`` and after at least 3 new
-        iterations per worker, so the workers never wait for it.
+        After at least 3 new iterations per worker, and at most once every
+        ``ESTIMATE_INTERVAL_S``, or less often when the fit's CPU time would
+        be more than ``ESTIMATE_SHARE`` of the time between two: a fit reads
+        the whole job, and the monitor shares the driver with the workers'
+        threads.
         """
-        self._next_at = time.monotonic() + ESTIMATE_INTERVAL_S
-        points, history, current, ready = self.state.snapshot()
-        if not ready or len(points) < 2 or points[-1][0] - self._last_step < 3 * self.workers():
+        started, cpu = time.monotonic(), time.thread_time()
+        self._next_at = started + ESTIMATE_INTERVAL_S
+        try:
+            self._estimate()
+        finally:
+            self._next_at = started + max(ESTIMATE_INTERVAL_S, (time.thread_time() - cpu) / ESTIMATE_SHARE)
+
+    def _estimate(self) -> None:
+        (steps, losses, walls), (earlier_steps, earlier_losses, _), current, ready = self.state.snapshot()
+        if not ready or steps.size < 2 or steps[-1] - self._last_step < 3 * self.workers():
             return
-        self._last_step = points[-1][0]
-        steps, losses, walls = zip(*points)
-        earlier = tuple(zip(*history))[:2] if history else None
+        self._last_step = steps[-1]
+        earlier = (earlier_steps, earlier_losses) if earlier_steps.size else None
         try:
             self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
             remaining = self.estimator.iterations_to_cross(current, self.job.target_loss, self.job.smoothing_window)
@@ -93,13 +103,13 @@ class Progress:
         per_iteration_s = (walls[-1] - walls[0]) / (steps[-1] - steps[0])
         remaining_s = None if remaining is None else remaining * per_iteration_s
         self.last = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
-        self.recorder.estimate(step=points[-1][0], estimator=self.estimator.name, loss=current,
+        self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
                                remaining_iterations=remaining, remaining_s=remaining_s)
 
     def status(self) -> Status:
         """What the progress display shows now."""
-        recent, step, loss = self.state.recent()
-        pace = (recent[-1][2] - recent[0][2]) / (len(recent) - 1) if len(recent) > 1 else None
+        walls, step, loss = self.state.recent()
+        pace = (walls[-1] - walls[0]) / (walls.size - 1) if walls.size > 1 else None
         remaining, remaining_s, reason = self.last
         if self._first_loss is None:
             self._first_loss = loss

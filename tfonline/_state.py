@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tfonline._columns import Columns
 from tfonline._recorder import Recorder
 from tfonline.exceptions import TfOnlineError
 from tfonline.result import PATIENCE_MIN_IMPROVEMENT
@@ -111,8 +112,8 @@ class TrainingState:
         self._late_as: tuple[str, int] | None = None  # the previous setting's id and segment, for late steps
         # Segments: the current one's points (step, loss, wall time), and every earlier one's.
         self.segment = 0
-        self.points: list[tuple[int, float, float]] = []
-        self.history: list[tuple[int, float, float]] = []
+        self.points = Columns(3)
+        self.history = Columns(3)
         self._loss_before = math.nan
         self.segment_started = 0.0
         self.warmup = 0
@@ -205,7 +206,7 @@ class TrainingState:
             else:
                 setting_id, segment = self.setting_id, self.segment
                 self._stepped_in_generation = True
-                self.points.append((self.step, loss, now))
+                self.points.append(self.step, loss, now)
                 if len(self.switch_points) < 4 * self.switch_workers + 1:  # see Switcher.record_cost
                     self.switch_points.append((self.step, loss, now))
                 if (self.goal is not None and len(self.points) >= self.goal) or self.held():
@@ -267,7 +268,7 @@ class TrainingState:
         with self.lock:
             if unless is not None and unless.is_set():
                 return None
-            observed = self.segment_run() if self.points and observe else None
+            observed = self.segment_run() if len(self.points) and observe else None
             ended = self._end_segment()
             self._late_as = (self.setting_id, self.segment)
             if self._opening:  # the switch opened the input again: its count starts anew
@@ -288,9 +289,9 @@ class TrainingState:
         checkpoint (or removed) by the repository's rewind, and a new one starts."""
         with self.lock:
             self._restore(saved or {"step": 0, "smoothed": [0.0, 0], "best": [math.inf, 0]})
-            self.history = [point for point in self.history if point[0] <= self.step]
-            self.points = []
-            if not self.history:  # the next segment's number is still a new one
+            self.history.cut_after(self.step)
+            self.points.clear()
+            if not len(self.history):  # the next segment's number is still a new one
                 self.segment += 1
             self._read, self._started, self._spent, self._opening = 0, {}, {}, False
             self._late_as = (self.setting_id, self.segment)
@@ -358,9 +359,9 @@ class TrainingState:
     def switch_origin(self) -> tuple[int, float, float | None]:
         """Where a switch's cost is counted from: the last step, its wall time, the old setting's pace."""
         with self.lock:
-            walls = [wall for _, _, wall in self.points]
-            return (self.step, walls[-1] if walls else self.clock(),
-                    per_iteration_time(np.array(walls), min(self.warmup, max(len(walls) - 3, 0))))
+            _, _, walls = self.points.columns()
+            return (self.step, walls[-1] if walls.size else self.clock(),
+                    per_iteration_time(walls, min(self.warmup, max(walls.size - 3, 0))))
 
     def first_points(self) -> tuple[int, list]:
         """The current setting's workers per round, and its first iterations (to time the last switch)."""
@@ -406,15 +407,15 @@ class TrainingState:
 
     def segment_run(self) -> SegmentRun:
         """The current segment, as the tuner reads it (the caller holds the lock, or no worker runs)."""
-        steps, losses, walls = (np.array(column, dtype=float) for column in zip(*self.points))
+        steps, losses, walls = self.points.columns()
         before = self._loss_before if math.isfinite(self._loss_before) else float(losses[0])
         return SegmentRun(dict(self.setting), steps, losses, walls, before, self.smoothed.value, warmup=self.warmup)
 
     def _start_segment(self) -> tuple:
         """Starts a segment (the caller holds the lock); returns what :meth:`Recorder.segment_start` records."""
-        if self.points or self.history:
+        if len(self.points) or len(self.history):
             self.segment += 1
-        self.points = []
+        self.points.clear()
         self._loss_before = self.smoothed.value if self.smoothed.count else math.nan
         self.segment_started = self.timer()
         return self.segment, self.setting_id, self.phase, self.step + 1
@@ -422,9 +423,9 @@ class TrainingState:
     def _end_segment(self) -> tuple:
         """Ends the segment (the caller holds the lock): its points join the history; returns what
         :meth:`Recorder.segment_end` records."""
-        self.history.extend(self.points)
-        points = self.points
-        return self.segment, self.step, points[0][1] if points else None, self.smoothed.value if points else None
+        self.history.extend(*self.points.columns())
+        first = self.points.row(0)[1] if len(self.points) else None
+        return self.segment, self.step, first, None if first is None else self.smoothed.value
 
     # -- checkpoints ---------------------------------------------------------
 
@@ -453,15 +454,15 @@ class TrainingState:
 
     # -- what the monitor reads ----------------------------------------------
 
-    def snapshot(self) -> tuple[list, list, float, bool]:
-        """The segment's points, the history's, the smoothed loss and whether it is ready: for an estimate."""
+    def snapshot(self) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], float, bool]:
+        """The segment's columns (step, loss, wall time), the history's, the smoothed loss, whether it's ready."""
         with self.lock:
-            return list(self.points), list(self.history), self.smoothed.value, self.smoothed.ready
+            return self.points.columns(), self.history.columns(), self.smoothed.value, self.smoothed.ready
 
-    def recent(self, n: int = 50) -> tuple[list, int, float | None]:
-        """The segment's latest ``n`` points, the step and the smoothed loss: for the progress display."""
+    def recent(self, n: int = 50) -> tuple[np.ndarray, int, float | None]:
+        """The segment's latest ``n`` wall times, the step and the smoothed loss: for the progress display."""
         with self.lock:
-            return self.points[-n:], self.step, self.final_loss
+            return self.points.columns(n)[2], self.step, self.final_loss
 
     @property
     def final_loss(self) -> float | None:

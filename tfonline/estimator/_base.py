@@ -104,6 +104,18 @@ def _slope_of(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return slope, stderr * math.sqrt(SMOOTHING_WINDOW)
 
 
+def _window_medians(windows: np.ndarray, half: int) -> np.ndarray:
+    """Each row's median, where only the first and last ``half`` rows hold NaN (the padding): the
+    middle element of a partition for the rows between (the same value as :func:`numpy.nanmedian`, several
+    times faster on a long job's history), :func:`numpy.nanmedian` for the rest."""
+    medians = np.empty(len(windows))
+    inner = slice(half, max(half, len(windows) - half))
+    medians[inner] = np.partition(windows[inner], half, axis=1)[:, half]
+    for edge in (slice(0, half), slice(inner.stop, len(windows))):
+        medians[edge] = np.nanmedian(windows[edge], axis=1)
+    return medians
+
+
 def _hampel_keep(losses: np.ndarray) -> np.ndarray:
     """Which losses a Hampel filter keeps (see :func:`clean_segment`)."""
     keep = np.ones(losses.size, dtype=bool)
@@ -112,8 +124,8 @@ def _hampel_keep(losses: np.ndarray) -> np.ndarray:
     half = OUTLIER_WINDOW // 2
     padded = np.pad(losses, half, mode="constant", constant_values=np.nan)
     windows = np.lib.stride_tricks.sliding_window_view(padded, OUTLIER_WINDOW)
-    median = np.nanmedian(windows, axis=1)
-    mad = 1.4826 * np.nanmedian(np.abs(windows - median[:, None]), axis=1)
+    median = _window_medians(windows, half)
+    mad = 1.4826 * _window_medians(np.abs(windows - median[:, None]), half)
     return ~((mad > 0) & (np.abs(losses - median) > OUTLIER_Z * mad))
 
 

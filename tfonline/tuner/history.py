@@ -9,17 +9,17 @@ curve (:mod:`tfonline.tuner.convergence`).
 
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import replace
 from typing import Callable, Sequence
 
 import numpy as np
 
+from tfonline._columns import Columns
 from tfonline.estimator import BaseEstimator
 from tfonline.timing import per_iteration_time
 from tfonline.tuner._gpyopt import Observation
-from tfonline.tuner._records import SegmentRun, Triple, loss_trend
+from tfonline.tuner._records import TREND_ITERATIONS, SegmentRun, Triple, loss_trend
 from tfonline.tuner.budget import latest_remaining_s
 from tfonline.tuner.convergence import Reference, Speeds, segment_slope, speed_key
 
@@ -40,8 +40,7 @@ class JobHistory:
         self.make_estimator = make_estimator
         self.names = tuple(names)
         self.triples: list[Triple] = list(triples)
-        self.steps: list[float] = []  # the job's loss history: steps and losses
-        self.losses: list[float] = []
+        self._losses = Columns(2)  # the job's loss history: steps and losses
         self.reference: Reference | None = None  # the job's curve, as the latest estimator fit describes it
         self._walls: list[float] = []  # the first and the latest wall time seen
         self._first_loss: float | None = None  # the loss before this run's first segment
@@ -55,15 +54,26 @@ class JobHistory:
 
     def observe(self, run: SegmentRun) -> None:
         """Adds a run's iterations to the job's loss history and elapsed time."""
-        self.steps.extend(float(s) for s in run.steps)
-        self.losses.extend(float(x) for x in run.losses)
+        self._losses.extend(run.steps, run.losses)
         if len(run.walls):
             self._walls = [self._walls[0] if self._walls else float(run.walls[0]), float(run.walls[-1])]
 
     def forget_after(self, step: int) -> None:
         """The job went back to ``step``: its loss history after it is forgotten (the triples stay)."""
-        kept = bisect.bisect_right(self.steps, step)
-        del self.steps[kept:], self.losses[kept:]
+        self._losses.cut_after(step)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """The steps of the job's loss history (a copy)."""
+        return self._losses.columns()[0]
+
+    @property
+    def losses(self) -> np.ndarray:
+        """The losses of the job's loss history (a copy)."""
+        return self._losses.columns()[1]
+
+    def _trend(self, at_step: float) -> float:
+        return loss_trend(*self._losses.columns(TREND_ITERATIONS), at_step)
 
     @property
     def elapsed_s(self) -> float:
@@ -73,7 +83,7 @@ class JobHistory:
     def loss_now(self, run: SegmentRun) -> float:
         """The job's loss trend at its latest iteration (:func:`loss_trend`), or the driver's smoothed loss
         before any history."""
-        return loss_trend(self.steps, self.losses, self.steps[-1]) if self.steps else run.loss_now
+        return self._trend(self._losses.row(-1)[0]) if len(self._losses) else run.loss_now
 
     def triple(self, run: SegmentRun) -> Triple:
         """``(setting, loss before, R̂)``, R̂ = time per iteration × the iterations its setting still needs.
@@ -89,7 +99,7 @@ class JobHistory:
         (0) and is not usable; its time per iteration and slope still inform
         its setting.
         """
-        loss_before = loss_trend(self.steps, self.losses, run.steps[0] - 1) if self.steps else run.loss_before
+        loss_before = self._trend(run.steps[0] - 1) if len(self._losses) else run.loss_before
         per_iteration_s = per_iteration_time(run.walls, run.warmup)
         slope = segment_slope(run.steps, run.losses)
         if per_iteration_s is None:
@@ -98,7 +108,7 @@ class JobHistory:
             return Triple(run.setting, loss_before, per_iteration_s, None, None,
                           f"the loss trend {loss_before:.4g} is already at the target {self.target_loss:g}", slope)
         estimator = self.make_estimator()
-        history = (np.array(self.steps), np.array(self.losses)) if self.steps else None
+        history = self._losses.columns() if len(self._losses) else None
         estimator.fit(run.steps, run.losses, history=history)
         reference = Reference(estimator, self.target_loss)
         remaining = reference.iterations_left(loss_before)

@@ -235,7 +235,6 @@ class TuningManager:
         self.costs = self.draws.costs
         self.history = JobHistory(target_loss, make_estimator, speed_names(space), history)
         self.triples = self.history.triples  # the paper's triples: this job's, and those it started from
-        self.job_steps, self.job_losses = self.history.steps, self.history.losses  # the job's loss history
         self.random_done = 0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
         # random phase by their weight's whole part: a weight of random_settings or more skips it
