@@ -9,6 +9,7 @@ job trains on now (graphs, sessions, placement) and where its input is.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from typing import Any
@@ -23,6 +24,24 @@ from tfonline.placement import Partition, recut
 from tfonline.setting import session_config
 
 logger = logging.getLogger("tfonline")
+
+
+class WorkerStep:
+    """A worker's training step (``step()``: its loss and train op's values), and ``reopen(started)``: its
+    input iterator started again after the ``started`` batches the worker took since the input was opened.
+
+    TensorFlow kills a tf.data iterator whose ``GetNext`` is cancelled while its ``map`` runs: every later
+    call fails with "Iterator was cancelled" (NOTES.md, thirty-sixth session). An aborted step can do that
+    (``run_retrying_aborts``); the worker then opens its input again (:class:`tfonline._workers.Workers`).
+    """
+
+    __slots__ = ("step", "reopen")
+
+    def __init__(self, step, reopen):
+        self.step, self.reopen = step, reopen
+
+    def __call__(self):
+        return self.step()
 
 
 class Engine:
@@ -121,16 +140,33 @@ class Engine:
         self.opened.append(session)  # every one is closed when the job ends, whatever happened
         return session
 
-    def make_steps(self, sessions, graphs) -> tuple[list, Any]:
-        """Each worker's training step as a callable on its session (sync: and the chief's apply).
+    def make_steps(self, sessions, graphs, setting) -> tuple[list, Any]:
+        """Each worker's training step on its session, a :class:`WorkerStep` of ``setting`` (sync: and the
+        chief's apply).
 
         A callable costs less per step than ``Session.run`` and is made off
         the critical path when a switch is prepared (about 0.016 s each). It
         does not register the graphs on the nodes: the first call does, which
         is most of a new session's first step (about 0.1 s here).
         """
-        steps = [session.make_callable([wg.loss, wg.train_op]) for session, wg in zip(sessions, graphs)]
+        steps = [WorkerStep(session.make_callable([wg.loss, wg.train_op]),
+                            functools.partial(self._reopen_input, session, wg, setting, len(graphs)))
+                 for session, wg in zip(sessions, graphs)]
         return steps, sessions[0].make_callable(graphs[0].apply_op) if self.sync else None
+
+    def _start_input(self, session, wg: _graph.WorkerGraph, setting, skip: int) -> None:
+        """Starts ``wg``'s input iterator at its shard's batch ``skip``. The iterators are made in a session
+        without XLA: with auto-clustering on, MakeIterator fails on a remote worker ("Multiple CPU devices").
+        They have shared names, so the training sessions then read from them."""
+        if setting["global_jit_level"] == "OFF":
+            session.run(wg.local_init_op, {wg.skip: skip})
+        else:
+            with self.session(wg, dict(setting, global_jit_level="OFF")) as init_session:
+                init_session.run(wg.local_init_op, {wg.skip: skip})
+
+    def _reopen_input(self, session, wg: _graph.WorkerGraph, setting, workers: int, started: int) -> None:
+        """Starts ``wg``'s input again after the ``started`` batches its worker took since the input opened."""
+        self._start_input(session, wg, setting, self.input_position // workers + started)
 
     def open(self, setting, placement: list[int], carry=None, prepared=None, graphs=None) -> tuple[list, Any]:
         """Opens sessions on the graphs of ``setting``'s layout with ``placement``, starts their input and
@@ -155,19 +191,10 @@ class Engine:
         # on from about where it was instead of seeing its first batches again.
         skip = -(-self.input_position // len(self.graphs))
         self.input_position = skip * len(self.graphs)  # where the new shards start: up to n - 1 batches on
-        # The input iterators are made in a session without XLA: with
-        # auto-clustering on, MakeIterator fails on a remote worker
-        # ("Multiple CPU devices"). The iterators have shared names, so the
-        # training sessions then read from them.
-        no_jit = dict(setting, global_jit_level="OFF")
 
         def start_input(rank: int) -> None:
             session, wg = self.sessions[rank], self.graphs[rank]
-            if setting["global_jit_level"] == "OFF":
-                session.run(wg.local_init_op, {wg.skip: skip})
-            else:
-                with self.session(wg, no_jit) as init_session:
-                    init_session.run(wg.local_init_op, {wg.skip: skip})
+            self._start_input(session, wg, setting, skip)
             if not prepared:
                 until_reachable(lambda: session.run(wg.probe_op))
 
@@ -176,7 +203,7 @@ class Engine:
         for_each(start_input, range(len(self.graphs)))
         if prepared:  # their steps are made
             return prepared.steps, prepared.apply
-        return self.make_steps(self.sessions, self.graphs)
+        return self.make_steps(self.sessions, self.graphs, setting)
 
     def advance_input(self, batches: int) -> None:
         """Moves the input position on by ``batches`` read since the input was last opened."""

@@ -149,7 +149,8 @@ class TrainingState:
     # -- the workers' side ---------------------------------------------------
 
     def step_for(self, rank: int, gone: Callable[[], Any]):
-        """Worker ``rank``'s next step and its generation; None when the setting has no such worker (then
+        """Worker ``rank``'s next step, its generation and the batches the worker started since the input was
+        opened, this one's too (None while a switch opens it); None when the setting has no such worker (then
         ``gone`` is called, under the lock)."""
         with self.lock:
             while self._opening and self._spent.get(rank, 0) >= self._allowance and not self.stopped.is_set():
@@ -160,7 +161,7 @@ class TrainingState:
             counts = self._spent if self._opening else self._started
             counts[rank] = counts.get(rank, 0) + 1
             self.on[rank] = self.version
-            return self.steps[rank], self.generation
+            return self.steps[rank], self.generation, None if self._opening else counts[rank]
 
     def sync_steps(self):
         """Every worker's step, the chief's apply and their generation, for one synchronous iteration; None

@@ -18,6 +18,7 @@ from concurrent.futures import wait
 import tensorflow as tf
 
 from tfonline._calls import DaemonExecutor, essence, join_all, run_retrying_aborts
+from tfonline._sessions import WorkerStep
 from tfonline._state import Stop, TrainingState
 from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
 
@@ -26,6 +27,15 @@ logger = logging.getLogger("tfonline")
 # How long the workers have to end their iterations when they stop or pause, all together: a thread whose step
 # has not ended by then is given up on (Workers.join).
 JOIN_TIMEOUT_S = 30.0
+# How many times in a row a worker opens its input again (Workers._reopened) before its error fails the job.
+INPUT_REOPENS = 3
+
+
+def input_cancelled(error: tf.errors.OpError) -> bool:
+    """Whether ``error`` says a step's input iterator, or the ``map`` feeding it, was cancelled: TensorFlow
+    then fails every later ``GetNext`` of that iterator ("Iterator was cancelled")."""
+    return "Iterator was cancelled" in error.message or (
+        "user-defined function" in error.message and "with iterator: Iterator::" in error.message)
 
 
 class Workers:
@@ -140,20 +150,39 @@ class Workers:
         def gone() -> None:  # the new setting has no such worker: this thread ends (under the state's lock)
             self._threads.pop(rank, None)
 
+        reopened = 0  # the worker's input opened again since its last iteration
         try:
             while self._going():
                 taken = state.step_for(rank, gone)
                 if taken is None:
                     return
-                step, generation = taken
+                step, generation, batches = taken
                 started = time.perf_counter()
-                loss, _ = run_retrying_aborts(step)
+                try:
+                    loss, _ = run_retrying_aborts(step)
+                except tf.errors.CancelledError as e:
+                    if reopened >= INPUT_REOPENS or not self._reopened(rank, step, generation, batches, e):
+                        raise
+                    reopened += 1
+                    continue
+                reopened = 0
                 if self._given_up():
                     return
                 state.record(rank, time.perf_counter() - started, float(loss), generation)
         finally:
             if not self._given_up():
                 state.off(rank)
+
+    def _reopened(self, rank: int, step, generation: int, batches: int | None, error) -> bool:
+        """Whether worker ``rank``'s input, killed under its step (``error``), was opened again at its next
+        batch: only while the step's setting is the job's and no switch opens the input."""
+        if not (input_cancelled(error) and isinstance(step, WorkerStep) and batches is not None
+                and generation == self.state.generation) or self._given_up():
+            return False
+        logger.warning("worker %d's input was cancelled under its step (%s); it is opened again at its next "
+                       "batch, and the batch in flight is passed over", rank, essence(error.message))
+        step.reopen(batches)
+        return True
 
     def _sync_loop(self) -> None:
         """Every worker's step side by side, each in a daemon thread of its own (a step stuck on a node that

@@ -80,7 +80,7 @@ def prepare(engine: Engine, old: dict[str, Any], new: dict[str, Any]) -> Prepare
         for opened in (prepared.steady, prepared.transition):
             if opened is not None:
                 opened.sessions = [engine.session(wg, new) for wg in opened.graphs]
-                opened.steps, opened.apply = engine.make_steps(opened.sessions, opened.graphs)
+                opened.steps, opened.apply = engine.make_steps(opened.sessions, opened.graphs, new)
     return prepared
 
 
@@ -140,7 +140,7 @@ def settle(engine: Engine, prepared: Prepared, setting: dict[str, Any], swap: Ca
     steady = prepared.steady
     if steady.sessions is None:  # nodes restarted at the switch: opened now
         steady.sessions = [engine.session(wg, setting) for wg in steady.graphs]
-        steady.steps, steady.apply = engine.make_steps(steady.sessions, steady.graphs)
+        steady.steps, steady.apply = engine.make_steps(steady.sessions, steady.graphs, setting)
     engine.retired += engine.sessions
     engine.graphs, engine.sessions = steady.graphs, steady.sessions
     swap(steady.steps, steady.apply)

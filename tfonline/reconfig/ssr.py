@@ -31,7 +31,7 @@ def reopen_sessions(engine: Engine, prepared, old: dict[str, Any], new: dict[str
         engine.sessions = [engine.session(wg, new) for wg in engine.graphs]
         for session, wg in zip(engine.sessions, engine.graphs):
             until_reachable(lambda: session.run(wg.probe_op))
-        steps, apply = engine.make_steps(engine.sessions, engine.graphs)
+        steps, apply = engine.make_steps(engine.sessions, engine.graphs, new)
     logger.info("reconfiguration %s -> %s by SSR: sessions reopened in %.2f s", short_form(old), short_form(new),
                 time.monotonic() - started)
     return Switched(steps, apply, 0)
