@@ -216,6 +216,48 @@ def test_a_step_that_does_not_end_when_the_workers_pause_is_given_up_on_and_the_
     assert 9879.0 not in [loss for loss, in _rows(db_path, "select loss from iterations")]  # never recorded
 
 
+class _InputCancelledAtBatch9879(CountdownJob):
+    """Batches count down from 10,000; the input's ``map`` of batch 9,879 (worker 1's 61st of ps1 w2) enqueues
+    into a queue it has closed: a ``CancelledError`` "in user-defined function passed to MapDataset", the error
+    a ``GetNext`` cancelled under an aborted step gives (NOTES.md, thirty-sixth session)."""
+
+    def __init__(self):
+        super().__init__(start=10000)
+
+    def input_fn(self, shard, num_shards, skip=None):  # skips before the map, which would fail again on 9,879
+        import tensorflow as tf
+
+        def cancelled(i):
+            queue = tf.queue.FIFOQueue(1, tf.int64, shapes=[[]])
+            with tf.control_dependencies([queue.close()]):
+                with tf.control_dependencies([queue.enqueue(i)]):
+                    return tf.identity(i)
+
+        dataset = tf.data.Dataset.range(self.start, 0, -1).shard(num_shards, shard).skip(0 if skip is None else skip)
+        dataset = dataset.map(lambda i: tf.cond(tf.equal(i, 9879), lambda: cancelled(i), lambda: i))
+        return dataset.map(lambda i: (tf.cast(tf.reshape(i, [1]), tf.float32), tf.zeros([1])))
+
+
+def test_a_worker_whose_input_is_cancelled_under_its_step_opens_it_again_past_that_batch(cluster, db_path,
+                                                                                        caplog):
+    """Without the repair: "TensorFlow failed at step 120: CancelledError: Error in user-defined function passed
+    to MapDataset..." (a tuned LogR run of the full benchmark failed so). With it the worker's iterator is
+    opened again after the batches it took, so its shard reads on from the batch after the lost one."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="tfonline")
+    result = _InputCancelledAtBatch9879().run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2},
+                                             mode="async", max_steps=3000, quiet=True, checkpoint_every_s=None)
+    assert result.status == "stopped" and result.stop_reason == "max_steps (3000) reached", result.stop_reason
+    (said,) = [m for m in caplog.messages if "input was cancelled" in m]
+    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: Error in "
+                           "user-defined function passed to MapDataset"), said
+    losses = [loss for loss, in _rows(db_path, "select loss from iterations")]
+    odd = sorted((int(x) for x in losses if int(x) % 2), reverse=True)  # worker 1's shard: 9999, 9997, ...
+    assert 9879.0 not in losses and odd[:61] == list(range(9999, 9879, -2)) + [9877]
+    assert len(losses) == len(set(losses))  # no batch read twice
+
+
 def test_the_essence_of_a_tensorflow_error_joins_a_line_that_only_introduces_the_next():
     # A fixed LogR job failed with only "CANCELLED: From /job:node/replica:0/task:3:" (NOTES, 2026-11-27).
     message = "CANCELLED: From /job:node/replica:0/task:3:\nRecvAsync is cancelled.\n\t [[{{node Send_1}}]]"

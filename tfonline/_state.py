@@ -149,9 +149,8 @@ class TrainingState:
     # -- the workers' side ---------------------------------------------------
 
     def step_for(self, rank: int, gone: Callable[[], Any]):
-        """Worker ``rank``'s next step, its generation and the batches the worker started since the input was
-        opened, this one's too (None while a switch opens it); None when the setting has no such worker (then
-        ``gone`` is called, under the lock)."""
+        """Worker ``rank``'s (step, generation, batches it started since its input opened: this one too, None in
+        a switch); None when the setting has no such worker (then ``gone`` is called, under the lock)."""
         with self.lock:
             while self._opening and self._spent.get(rank, 0) >= self._allowance and not self.stopped.is_set():
                 self._published.wait(0.05)  # this worker's allowance is spent: its next batch is the new input's

@@ -179,8 +179,9 @@ class Workers:
         if not (input_cancelled(error) and isinstance(step, WorkerStep) and batches is not None
                 and generation == self.state.generation) or self._given_up():
             return False
-        logger.warning("worker %d's input was cancelled under its step (%s); it is opened again at its next "
-                       "batch, and the batch in flight is passed over", rank, essence(error.message))
+        logger.warning("worker %d's input was cancelled under its step (%s: %s); it is opened again at its next "
+                       "batch, and the batch in flight is passed over", rank, type(error).__name__,
+                       essence(error.message))
         step.reopen(batches)
         return True
 
