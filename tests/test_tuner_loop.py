@@ -1007,6 +1007,30 @@ def test_speeds_shrink_differences_the_segments_cannot_tell_apart_and_keep_those
     assert Speeds([(1,), (2,)] * 4, interleaved, _BiasedCurve(), 1.0).keys == [(2,)]
 
 
+def test_a_stint_clear_of_zero_by_little_says_little_about_a_speed_the_prior_finds_unlikely():
+    """Rule 1: a stint's log variance is read at a plausible speed. One short segment measured at 631 ± 252
+    times the reference's pace (clear of zero by 2.5 standard errors: a tuned LogR job's trial near its target)
+    leaves its key near the others, where its variance read at 631 ((se/m)² = 0.16) made it 45x faster (log
+    speed 3.8 here) and the job stayed on a setting 1.6x slower per iteration; well measured stints still set
+    their keys apart."""
+    rng = np.random.default_rng(2)
+    rate = _BiasedCurve().rate  # no bias: a slope over the rate is the speed
+    keys, slopes = [], []
+    for i, loss in enumerate(np.linspace(0.9, 0.2, 24)):
+        key = (1,) if i // 3 % 2 == 0 else (3,)
+        speed = 1.0 if key == (1,) else 0.6
+        slopes.append(SegmentSlope(loss, -rate(loss) * speed * (1 + 0.05 * rng.standard_normal()), 0.05 * rate(loss)))
+        keys.append(key)
+    keys.append((2,))
+    slopes.append(SegmentSlope(0.19, -631.0 * rate(0.19), 252.0 * rate(0.19)))
+    speeds = Speeds(keys, slopes, _BiasedCurve(), 1.0)
+    assert speeds.keys == [(1,), (2,), (3,)]  # the stint is clear of zero: it counts, for what it says
+    one, three = (speeds.at((w,), 0.2).log_mean for w in (1, 3))
+    assert math.exp(three - one) == pytest.approx(0.6, rel=0.1)
+    noisy = speeds.at((2,), 0.2)
+    assert one - 0.5 < noisy.log_mean < one + 0.5 and noisy.log_var > 0.5 * speeds.spread ** 2
+
+
 @pytest.mark.parametrize("budget", [0.08, None])
 def test_a_space_of_few_settings_ends_its_random_phase_once_all_have_run(budget):
     """Only the worker count is free (4 settings) and 10 random settings are asked: once the start and 3 random

@@ -25,7 +25,14 @@ Rules (plug-in estimators, no fitted model beyond the reference curve):
    inverse-variance, before anything else: a single short segment's slope
    is often not clear of zero, and leaving out only those that are not
    would keep the ones whose noise happened to make them steep, a bias
-   upwards that pooling the whole stint does not have.
+   upwards that pooling the whole stint does not have. A stint's log speed
+   has the variance (se/ρ̂)² of its standard error read at its speed ρ̂,
+   or at most :data:`PLAUSIBLE_LOGS` above the clear stints' median speed
+   when ρ̂ lies beyond: one 88-iteration segment of a tuned LogR job near its
+   target measured 631 ± 252, clear of zero by 2.5 standard errors; read at
+   631 that is a log speed of 6.4 ± 0.4, and the job kept a setting 1.6x
+   slower per iteration on it (NOTES.md, thirty-seventh session). Read at
+   a plausible speed, it says next to nothing, as it should.
 2. **Which settings share a speed.** What an iteration computes depends on
    how many workers compute gradients and how they are combined (the job's
    mode), and on the user's own knobs, which may change the algorithm (a
@@ -90,6 +97,9 @@ DRIFT = 0.25
 MIN_SPEED = 0.05
 # A segment measures a speed when its loss falls by at least this many standard errors.
 CLEAR_T = 2.0
+# A stint's log speed is as precise as its standard error allows at most this far (in logs) above the clear stints'
+# median speed (rule 1).
+PLAUSIBLE_LOGS = 3 * PRIOR_SD
 # The reference's error along the loss's way (rule 5): knots, and how much its slope may change between knots.
 KNOTS = 11
 SMOOTHNESS = 0.05
@@ -235,11 +245,12 @@ class Speeds:
         self.first_loss, self.target_loss = first_loss, reference.target_loss
         jobs = [job or None for job in jobs] if jobs is not None else [None] * len(keys)
         rows = []  # (key, log ρ measured against the reference, its variance, share of the way, job)
-        for (job, key), stint in _stints(list(zip(jobs, keys)), slopes, reference):
-            speed, se, share = _pooled(stint)
-            if se > 0 and speed >= CLEAR_T * se:
-                weight = 1.0 if job is None else OTHER_JOB_WEIGHT
-                rows.append((key, math.log(speed), (se / speed) ** 2 / weight, self.share(share), job))
+        clear = [(job, key, *_pooled(stint)) for (job, key), stint in _stints(list(zip(jobs, keys)), slopes, reference)]
+        clear = [stint for stint in clear if stint[3] > 0 and stint[2] >= CLEAR_T * stint[3]]
+        plausible = float(np.median([stint[2] for stint in clear])) * math.exp(PLAUSIBLE_LOGS) if clear else 0.0
+        for job, key, speed, se, share in clear:
+            weight = 1.0 if job is None else OTHER_JOB_WEIGHT
+            rows.append((key, math.log(speed), (se / min(speed, plausible)) ** 2 / weight, self.share(share), job))
         self.keys = sorted({row[0] for row in rows}, key=repr)
         self.jobs = sorted({row[4] for row in rows if row[4] is not None})
         self.centre = {k: float(np.mean([r[3] for r in rows if r[0] == k])) for k in self.keys}
