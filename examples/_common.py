@@ -43,13 +43,13 @@ class SparseExample(tfonline.MLJobFramework):
     def __init__(self, libsvm: str | None = None, max_nnz: int = 26):
         self.libsvm, self.num_features, self.max_nnz = libsvm, 1 << self.hash_bits, max_nnz
 
-    def input_fn(self, shard, num_shards):
+    def input_fn(self, shard, num_shards, skip=None):  # skip: the batches skipped are neither read nor made
         if self.libsvm:
             return libsvm_dataset(self.libsvm, shard, num_shards, num_features=self.num_features,
-                                  max_nnz=self.max_nnz, batch_size=64, labels=self.labels)
+                                  max_nnz=self.max_nnz, batch_size=64, labels=self.labels, skip=skip)
         ds = hashed_sparse_dataset(shard, num_shards, batch_size=64, hash_bits=self.hash_bits,
                                    categories_per_field=self.categories_per_field, signal=self.signal,
-                                   seed=self.data_seed)
+                                   seed=self.data_seed, skip=skip)
         if self.labels == "pm1":
             ds = ds.map(lambda features, y: (features, 2.0 * y - 1.0))
         return ds

@@ -25,8 +25,9 @@ class MLP(tfonline.MLJobFramework):
     momentum = 0.9
     dim, classes = 32, 10
 
-    def input_fn(self, shard, num_shards):
-        return teacher_dataset(shard, num_shards, batch_size=64, dim=self.dim, classes=self.classes, seed=3)
+    def input_fn(self, shard, num_shards, skip=None):  # skip: the batches skipped are not made
+        return teacher_dataset(shard, num_shards, batch_size=64, dim=self.dim, classes=self.classes, seed=3,
+                               skip=skip)
 
     def model_fn(self, x, labels):
         for i, width in enumerate((256, 256)):

@@ -167,3 +167,19 @@ def test_digits_and_libsvm_skip_batches_before_they_make_them(tmp_path):
     write_libsvm(path, np.arange(30).reshape(30, 1), np.ones((30, 1)), np.ones(30))
     ds = libsvm_dataset(path, 1, 3, num_features=100, max_nnz=1, batch_size=2, repeat=False, skip=2)
     assert [int(i) for b in _batches(ds, 10) for i in b[0][0][:, 0]] == [13, 16, 19, 22, 25, 28]
+
+
+def test_generated_data_skips_batches_without_making_them():
+    """An input_fn's ``skip`` on generated data: worker 1 of 3 skipping 2 of its batches reads batches 7, 10, ...
+    of the whole; and a skip of 10^15 batches, which no machine could make, returns at once with the batch it
+    names (tf.data's skip of the made batches made every one: a LogR job's switches grew 0.6 s dearer per 30,000
+    steps)."""
+    for make in (lambda **k: hashed_sparse_dataset(batch_size=4, hash_bits=12, **k),
+                 lambda **k: teacher_dataset(batch_size=4, seed=3, **k)):
+        whole = _batches(make(shard=0, num_shards=1), 14)
+        skipped = _batches(make(shard=1, num_shards=3, skip=tf.constant(2, tf.int64)), 3)
+        for got, want in zip(skipped, [whole[7], whole[10], whole[13]]):
+            assert all(np.array_equal(a, b) for a, b in zip(tf.nest.flatten(got), tf.nest.flatten(want)))
+        far = _batches(make(shard=0, num_shards=1, skip=10**15), 1)[0]
+        same = _batches(make(shard=0, num_shards=2, skip=10**15 // 2), 1)[0]  # batch 10^15 again
+        assert all(np.array_equal(a, b) for a, b in zip(tf.nest.flatten(far), tf.nest.flatten(same)))

@@ -24,10 +24,13 @@ def _true_weight(index):
     return 2.0 * (x - tf.floor(x)) - 1.0
 
 
-def _batch_numbers(shard: int, num_shards: int, num_batches: int | None = None) -> tf.data.Dataset:
-    """This worker's batch numbers, round-robin (batch ``b`` to worker ``b mod num_shards``); a generated
-    batch is a function of its number, so it is the same whichever worker reads it. None: endless."""
-    return tf.data.Dataset.range(2**62 if num_batches is None else num_batches).shard(num_shards, shard)
+def _batch_numbers(shard: int, num_shards: int, num_batches: int | None = None, skip=None) -> tf.data.Dataset:
+    """This worker's batch numbers, round-robin (batch ``b`` to worker ``b mod num_shards``), from its ``skip``-th
+    on; a generated batch is a function of its number, so it is the same whichever worker reads it. None:
+    endless. The skipped numbers are never made: the range starts past them (tf.data's skip of the finished
+    dataset makes every batch it skips, which made a LogR job's switches 0.6 s dearer per 30,000 steps)."""
+    first = shard if skip is None else shard + tf.cast(skip, tf.int64) * num_shards
+    return tf.data.Dataset.range(first, 2**62 if num_batches is None else num_batches, num_shards)
 
 
 def hashed_sparse_dataset(
@@ -41,8 +44,10 @@ def hashed_sparse_dataset(
     signal: float = 1.5,
     num_batches: int | None = None,
     seed: int = 0,
+    skip=None,
 ) -> tf.data.Dataset:
-    """Criteo-like click data: one hashed categorical feature per field.
+    """Criteo-like click data: one hashed categorical feature per field, from this worker's batch ``skip`` on
+    (an ``input_fn``'s ``skip``, see :class:`tfonline.MLJobFramework`: the batches skipped are not made).
 
     Every example has ``fields`` one-hot features; the category of each field
     is skewed towards small ids (as real click logs are), its feature index
@@ -57,7 +62,7 @@ def hashed_sparse_dataset(
     if hash_bits < 1 or hash_bits > 30:
         raise ConfigurationError(f"hash_bits must be in [1, 30], got {hash_bits}")
     size = 1 << hash_bits
-    batches = _batch_numbers(shard, num_shards, num_batches)
+    batches = _batch_numbers(shard, num_shards, num_batches, skip)
 
     def make(b):
         u = tf.random.stateless_uniform([batch_size, fields], seed=tf.stack([b, tf.constant(seed, tf.int64)]))
@@ -82,8 +87,10 @@ def teacher_dataset(
     classes: int = 10,
     hidden: int = 64,
     seed: int = 0,
+    skip=None,
 ) -> tf.data.Dataset:
     """Dense data labelled by a fixed random network: a student's problem with no floor but its own capacity.
+    From this worker's batch ``skip`` on (an ``input_fn``'s ``skip``: the batches skipped are not made).
 
     Inputs are standard normal in ``dim`` dimensions; the label is the
     arg-max class of a one-hidden-layer tanh "teacher" network whose weights
@@ -98,7 +105,7 @@ def teacher_dataset(
     rng = np.random.default_rng(seed)
     w1 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(dim), (dim, hidden)), tf.float32)
     w2 = tf.constant(rng.normal(0.0, 1.0 / np.sqrt(hidden), (hidden, classes)) * 3.0, tf.float32)
-    batches = _batch_numbers(shard, num_shards)
+    batches = _batch_numbers(shard, num_shards, skip=skip)
 
     def make(b):
         x = tf.random.stateless_normal([batch_size, dim], seed=tf.stack([b, tf.constant(seed, tf.int64)]))
