@@ -89,7 +89,7 @@ def test_a_node_process_that_cannot_start_is_a_cluster_error(monkeypatch, fork_s
     assert node_processes(os.getpid()) == before
 
 
-def test_an_aborted_step_is_run_again_but_not_forever_and_other_errors_are_not():
+def test_an_aborted_step_or_a_cancelled_receive_is_run_again_but_not_forever_and_other_errors_are_not():
     import tensorflow as tf
 
     from tfonline._calls import run_retrying_aborts
@@ -112,6 +112,25 @@ def test_an_aborted_step_is_run_again_but_not_forever_and_other_errors_are_not()
     with pytest.raises(tf.errors.AbortedError):
         run_retrying_aborts(always_aborts, retries=2)
     assert len(calls) == 3
+
+    def recv_cancelled_once():  # as a fixed LogR run of the full benchmark failed (three ps nodes)
+        calls.append("step")
+        if len(calls) == 1:
+            raise tf.errors.CancelledError(None, None, "CANCELLED: From /job:node/replica:0/task:3: "
+                                                       "RecvFromRemoteAsync is cancelled.")
+        return 0.25, None
+
+    calls.clear()
+    assert run_retrying_aborts(recv_cancelled_once) == (0.25, None) and len(calls) == 2
+
+    def closed():  # a session closed under its step (a switch gave the step up): not run again
+        calls.append("step")
+        raise tf.errors.CancelledError(None, None, "Step was cancelled by an explicit call to `Session::Close()`.")
+
+    calls.clear()
+    with pytest.raises(tf.errors.CancelledError):
+        run_retrying_aborts(closed)
+    assert len(calls) == 1
 
     def invalid():
         calls.append("step")

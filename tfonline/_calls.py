@@ -239,6 +239,12 @@ class DaemonExecutor:
                     future.set_exception(e)
 
 
+def recv_cancelled(error: tf.errors.OpError) -> bool:
+    """Whether ``error`` is a step's receive from another node cancelled under it (another part of the step
+    failed, such as an abort), not the step's own cancellation."""
+    return isinstance(error, tf.errors.CancelledError) and "RecvFromRemoteAsync is cancelled" in error.message
+
+
 def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
     """``step()``, run again when TensorFlow aborts it, up to ``retries`` times in a row.
 
@@ -249,12 +255,20 @@ def run_retrying_aborts(step, retries: int = ABORTED_RETRIES):
     switch, no restart) failed at step 12,471 of 13,930 with an
     ``AbortedError`` from its worker and no message. Synchronous steps are
     not retried: their accumulators may hold a part of the step.
+
+    A step whose transfer from another node was cancelled
+    (``CancelledError: ... RecvFromRemoteAsync is cancelled``, :func:`recv_cancelled`)
+    is an aborted step too: a fixed LogR run of the full benchmark (three
+    ps nodes) failed so at step 34,144, in a sitting where "The same
+    RunGraph (Worker) request was received twice" aborts were retried
+    every few minutes. A step cancelled for any other reason (its session
+    closed, its input) is not run again here.
     """
     for attempt in range(retries + 1):
         try:
             return step()
-        except tf.errors.AbortedError as e:
-            if attempt == retries:
+        except (tf.errors.AbortedError, tf.errors.CancelledError) as e:
+            if attempt == retries or not (isinstance(e, tf.errors.AbortedError) or recv_cancelled(e)):
                 raise
             logger.warning("a step was aborted (%s: %s); running it again", type(e).__name__, essence(e.message))
 
