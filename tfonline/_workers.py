@@ -18,7 +18,6 @@ from concurrent.futures import wait
 import tensorflow as tf
 
 from tfonline._calls import DaemonExecutor, essence, join_all, run_retrying_aborts
-from tfonline._sessions import WorkerStep
 from tfonline._state import Stop, TrainingState
 from tfonline.exceptions import DatasetExhaustedError, TfOnlineError
 
@@ -176,8 +175,8 @@ class Workers:
     def _reopened(self, rank: int, step, generation: int, batches: int | None, error) -> bool:
         """Whether worker ``rank``'s input, killed under its step (``error``), was opened again at its next
         batch: only while the step's setting is the job's and no switch opens the input."""
-        if not (input_cancelled(error) and isinstance(step, WorkerStep) and batches is not None
-                and generation == self.state.generation) or self._given_up():
+        if not (input_cancelled(error) and batches is not None and generation == self.state.generation) \
+                or self._given_up():
             return False
         logger.warning("worker %d's input was cancelled under its step (%s: %s); it is opened again at its next "
                        "batch, and the batch in flight is passed over", rank, type(error).__name__,

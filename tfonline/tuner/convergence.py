@@ -245,9 +245,12 @@ class Speeds:
         self.first_loss, self.target_loss = first_loss, reference.target_loss
         jobs = [job or None for job in jobs] if jobs is not None else [None] * len(keys)
         rows = []  # (key, log ρ measured against the reference, its variance, share of the way, job)
-        clear = [(job, key, *_pooled(stint)) for (job, key), stint in _stints(list(zip(jobs, keys)), slopes, reference)]
-        clear = [stint for stint in clear if stint[3] > 0 and stint[2] >= CLEAR_T * stint[3]]
-        plausible = float(np.median([stint[2] for stint in clear])) * math.exp(PLAUSIBLE_LOGS) if clear else 0.0
+        pooled = [(job, key, *_pooled(stint))
+                  for (job, key), stint in _stints(list(zip(jobs, keys)), slopes, reference)]
+        clear = [(job, key, speed, se, share)
+                 for job, key, speed, se, share in pooled if se > 0 and speed >= CLEAR_T * se]
+        speeds = [speed for _, _, speed, _, _ in clear]
+        plausible = float(np.median(speeds)) * math.exp(PLAUSIBLE_LOGS) if clear else 0.0
         for job, key, speed, se, share in clear:
             weight = 1.0 if job is None else OTHER_JOB_WEIGHT
             rows.append((key, math.log(speed), (se / min(speed, plausible)) ** 2 / weight, self.share(share), job))
