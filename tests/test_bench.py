@@ -66,7 +66,7 @@ def test_the_markdown_has_every_table(paper):
     tuned = [_row("converged", 10.0, moves=(0.2,))]
     fixed = [_row("converged", 8.0), _row("stopped", 100.0)]
     summary = paper._summary(tuned, fixed, 100.0)
-    summary["stability"] = paper._stability([dict(tuned[0], tuning_overhead_s=0.3)], _row("converged", 9.0), 8.0)
+    summary["stability"] = paper._stability([dict(tuned[0], tuning_overhead_s=0.3)], [_row("converged", 9.0)], 8.0)
     result = {"mode": "quick", "date": "2026-11-23", "fixed_settings": 2, "seeds": 1, "wall_s": 60.0, "cap_factor": 10,
               "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11", "tensorflow": "2",
                           "nodes": 4},
@@ -83,21 +83,30 @@ def test_the_markdown_has_every_table(paper):
     assert "| logr | share of the Average -> Best gain captured | 96% | >= 90% | met |" in text
     assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
     # One tuned run: no spread; 10 s against 9 s for the start setting; 0.3 s of tuner overhead.
-    assert "| logr | 9.0 | 10.0 | - | 1.11x | 3.0% |" in text
+    assert "| logr | 9.0 | - | 10.0 | - | 1.11x | 3.0% |" in text
     assert "| logr | slowest tuned run / its start setting | 1.11x | <= 1.10x | short |" in text
     assert "| logr | tfonline / Best, the start setting's run among the fixed | 1.25x | <= 1.10x | short |" in text
     assert "| logr | share of the job in tuner overhead (largest run) | 3% | <= 2% | short |" in text
 
 
-def test_stability_is_the_tuned_runs_spread_and_the_slowest_over_the_start(paper):
+def test_stability_sets_each_tuned_run_against_the_start_setting_at_its_seed(paper):
     tuned = [dict(_row("converged", t), tuning_overhead_s=o) for t, o in ((100.0, 1.0), (110.0, 1.1), (120.0, 3.6))]
-    st = paper._stability(tuned, _row("converged", 115.0), best_s=130.0)
-    assert st["tuned_spread"] == pytest.approx(0.2) and st["slowest_tuned_over_start"] == pytest.approx(120 / 115)
-    assert st["tfonline_over_best_with_start"] == pytest.approx(110 / 115)  # the start beat every random setting
-    assert paper._stability(tuned, _row("converged", 115.0), best_s=100.0)["tfonline_over_best_with_start"] == pytest.approx(1.1)
+    starts = [_row("converged", t) for t in (115.0, 90.0, 125.0)]  # the start setting at seeds 0, 1, 2
+    st = paper._stability(tuned, starts, best_s=130.0)
+    assert st["tuned_spread"] == pytest.approx(0.2) and st["start_spread"] == pytest.approx(35 / 90)
+    # Paired by seed: seed 1's tuned run is the slowest against its start (110 / 90), though not the slowest run.
+    assert st["slowest_tuned_over_start"] == pytest.approx(110 / 90)
+    assert st["start_s"] == 115.0 and st["start_times"] == [115.0, 90.0, 125.0]
+    assert st["tfonline_over_best_with_start"] == pytest.approx(110 / 115)  # seed 0's start beat every random setting
+    assert paper._stability(tuned, starts, best_s=100.0)["tfonline_over_best_with_start"] == pytest.approx(1.1)
     assert st["overhead_shares"] == pytest.approx([0.01, 0.01, 0.03]) and st["overhead_share"] == pytest.approx(0.03)
-    # A start setting that did not converge gives no ratio (its time is only a lower bound).
-    assert paper._stability(tuned, _row("stopped", 300.0))["slowest_tuned_over_start"] is None
+    # A start run that did not converge gives no ratio for its seed (its time is only a lower bound), nor a spread.
+    capped = paper._stability(tuned, [starts[0], _row("stopped", 300.0), starts[2]])
+    assert capped["slowest_tuned_over_start"] == pytest.approx(120 / 125)  # seeds 0 and 2: 100 / 115, 120 / 125
+    assert capped["start_spread"] is None and capped["start_times"] == [115.0, None, 125.0]
+    assert paper._stability(tuned, [_row("stopped", 300.0)])["slowest_tuned_over_start"] is None
+    # Smoke mode runs no start setting.
+    assert paper._stability(tuned, [])["start_s"] is None and paper._stability(tuned, [])["start_spread"] is None
 
 
 def test_an_unknown_workload_is_refused_in_one_line(paper, capsys, monkeypatch):
@@ -232,10 +241,10 @@ def test_the_early_staleness_experiment_refuses_an_unknown_run_in_one_line(capsy
     experiment = _bench_module("early_staleness")
     monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "early_staleness.py")])
     with pytest.raises(SystemExit) as exited:
-        experiment.main(["C", "D"])
+        experiment.main(["C", "Z"])
     assert exited.value.code == 2
     said = capsys.readouterr().err.strip().splitlines()[-1]
-    assert said == "early_staleness.py: error: the runs are C, A, B, got 'D'"
+    assert said == "early_staleness.py: error: the runs are C, A, B, D, E, F, got 'Z'"
 
 
 def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, paper, tmp_path, capsys, monkeypatch):
