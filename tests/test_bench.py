@@ -247,6 +247,26 @@ def test_the_early_staleness_experiment_refuses_an_unknown_run_in_one_line(capsy
     assert said == "early_staleness.py: error: the runs are C, A, B, D, E, F, got 'Z'"
 
 
+def test_seed_noise_prices_a_predictor_that_knows_only_the_mean_of_the_seeds():
+    noise = _bench_module("seed_noise")
+    errors = noise.mean_predictor_errors([100, 300])  # mean 200
+    # At half of each run: 200 - 50 left against 50 (an error of 2), 200 - 150 left against 150 (2/3).
+    assert errors[0.5] == pytest.approx((2 + 2 / 3) / 2)
+    assert errors[0.75] == pytest.approx((100 / 25 + 100 / 75) / 2)  # the same miss, later: a larger share
+    assert noise.mean_predictor_errors([500, 500, 500]) == {0.25: 0.0, 0.5: 0.0, 0.75: 0.0}
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--workloads", "cnn,nope"], "seed_noise.py: error: --workloads takes logr, svm, cnn, mlp, got 'nope'"),
+    (["--seeds", "1"], "seed_noise.py: error: --seeds must be at least 2, got 1")])
+def test_seed_noise_refuses_bad_input_in_one_line(argv, said, capsys, monkeypatch):
+    noise = _bench_module("seed_noise")
+    monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "seed_noise.py")])
+    with pytest.raises(SystemExit) as exited:
+        noise.main(argv)
+    assert exited.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == said
+
+
 def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, paper, tmp_path, capsys, monkeypatch):
     """A fresh checkout has the journal (it is small) but not the repositories it was kept with (git ignores them)."""
     stem = tmp_path / "2026-11-28-smoke"
