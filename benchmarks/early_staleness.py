@@ -53,7 +53,7 @@ RUNS = {
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("runs", nargs="*", metavar="RUN", help="C, A and/or B (default: all three)")
+    parser.add_argument("runs", nargs="*", metavar="RUN", help=f"any of {', '.join(RUNS)} (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="the jobs' graph-level seed (default 0)")
     parser.add_argument("--out", help="where the runs' repositories go (default: a temporary folder)")
     args = parser.parse_args(argv)

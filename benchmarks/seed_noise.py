@@ -74,12 +74,12 @@ def main(argv=None) -> int:
             print(f"{name}: fewer than 2 runs converged")
             continue
         print(f"{name}: iterations {min(done)}-{max(done)} (mean {statistics.mean(done):.0f}), spread "
-              f"{(max(done) - min(done)) / min(done):.0%}; completion times spread "
+              f"{_spread(done):.0%}; completion times spread "
               f"{_spread([r.completion_time_s for r in results if r.status == 'converged']):.0%}")
+        ours = {r.job_id for r in results}  # the repository may hold earlier runs of the job
         repo = Repository(db, create=False)
         try:
-            runs = [r for r in load_runs(repo, workloads.job(name, args.mode).name)
-                    if r.job_id in {res.job_id for res in results}]
+            runs = [r for r in load_runs(repo, job.name) if r.job_id in ours]
         finally:
             repo.db.conn.close()
         hogwild = estimate_quality(runs, "hogwild", 60).median_relative_error
@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def _spread(times: list[float]) -> float:
-    return (max(times) - min(times)) / min(times)
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / min(values)
 
 
 if __name__ == "__main__":
