@@ -258,6 +258,28 @@ def test_a_worker_whose_input_is_cancelled_under_its_step_opens_it_again_past_th
     assert len(losses) == len(set(losses))  # no batch read twice
 
 
+def test_a_synchronous_worker_whose_input_is_cancelled_steps_again_on_its_next_batch(cluster, db_path, caplog):
+    """Synchronous, ps1 w2: each step's loss is the mean of worker 0's batch (10,000 - 2m at iteration m) and
+    worker 1's (9,999 - 2m). Worker 1's 61st batch (9,879) fails: its input is opened again and its step run
+    again on 9,877, so it reads one batch ahead from then on, and the switch to one worker after step 200
+    starts the input past worker 1's last batch (9,599), not at it. Without the repair the job failed at
+    step 60 with the map's CancelledError."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="tfonline")
+    result = _InputCancelledAtBatch9879().run(db=db_path, cluster=cluster, setting={"ps": 1, "worker": 2},
+                                             mode="sync", max_steps=260, quiet=True, checkpoint_every_s=None,
+                                             schedule=[(200, {"worker": 1})])
+    assert result.status == "stopped" and result.stop_reason == "max_steps (260) reached", result.stop_reason
+    (said,) = [m for m in caplog.messages if "input was cancelled" in m]
+    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: Error in "
+                           "user-defined function passed to MapDataset"), said
+    losses = [loss for loss, in _rows(db_path, "select loss from iterations order by step")]
+    expected = ([9999.5 - 2 * m for m in range(60)] + [9998.5 - 2 * m for m in range(60, 200)]
+                + [9598.0 - j for j in range(60)])
+    assert losses == expected
+
+
 def test_the_essence_of_a_tensorflow_error_joins_a_line_that_only_introduces_the_next():
     # A fixed LogR job failed with only "CANCELLED: From /job:node/replica:0/task:3:" (NOTES, 2026-11-27).
     message = "CANCELLED: From /job:node/replica:0/task:3:\nRecvAsync is cancelled.\n\t [[{{node Send_1}}]]"

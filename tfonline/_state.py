@@ -67,6 +67,36 @@ class Stop(Exception):
         self.status, self.reason, self.error = status, reason, error
 
 
+class InputCount:
+    """Where the job's input is since it was last opened, in batches of the round-robin order (the state's
+    lock held). Synchronous workers read side by side: ``read`` counts their batches, and ``ahead`` the
+    batches a worker's input passed over (:meth:`TrainingState.pass_over`). Asynchronous workers count the
+    steps each started (``started``; each reads the next batch of its shard). While a switch opens the new
+    input (``opening``): the steps each old worker may still start (``allowance``; 0 for a switch that pauses
+    them) and those it started (``spent``). ``counted_generation``: the setting whose steps a switch counted.
+    """
+
+    def __init__(self):
+        self.counted_generation = -1
+        self.restart()
+
+    def restart(self, allowance: int = 0, opening: bool = False) -> None:
+        self.read, self.ahead, self.started, self.spent = 0, {}, {}, {}
+        self.allowance, self.opening = allowance, opening
+
+    def batches(self, sync: bool, workers: int, allowance: int = 0) -> int:
+        """The batches read, the furthest worker's included (see :meth:`TrainingState.batches_read`)."""
+        if sync:
+            return self.read + workers * max(self.ahead.values(), default=0)
+        return workers * (max(self.started.values(), default=0) + allowance)
+
+    def start(self, rank: int) -> int | None:
+        """Counts an asynchronous step of worker ``rank``: its batches since the input opened (None in a switch)."""
+        counts = self.spent if self.opening else self.started
+        counts[rank] = counts.get(rank, 0) + 1
+        return None if self.opening else counts[rank]
+
+
 class TrainingState:
     """Steps, losses, segments and the workers' steps of one job; the one owner of the driver's lock.
 
@@ -123,18 +153,8 @@ class TrainingState:
         # A switch's first iterations on the new setting, to time it; and iterations per round of its workers.
         self.switch_points: list[tuple[int, float, float]] = []
         self.switch_workers = 1
-        # Where the input is. Synchronous: the batches read since it was last opened. Asynchronous: the steps
-        # each worker started since then (each reads the next batch of its shard). Whether a switch opens it
-        # now, and the setting whose steps a switch counted as read.
-        self._read = 0
-        self._started: dict[int, int] = {}
-        self._opening = False
-        self._counted_generation = -1
-        # While a switch opens the new input (``_opening``): the steps each old worker may still start (0 for
-        # a switch that pauses them), and those it started. A worker that would start one more waits for the
-        # publish (``_published``).
-        self._allowance = 0
-        self._spent: dict[int, int] = {}
+        # Where the input is; a worker whose allowance in a switch is spent waits for the publish.
+        self.input = InputCount()
         self._published = threading.Condition(self.lock)
 
     @property
@@ -152,15 +172,14 @@ class TrainingState:
         """Worker ``rank``'s (step, generation, batches it started since its input opened: this one too, None in
         a switch); None when the setting has no such worker (then ``gone`` is called, under the lock)."""
         with self.lock:
-            while self._opening and self._spent.get(rank, 0) >= self._allowance and not self.stopped.is_set():
+            count = self.input
+            while count.opening and count.spent.get(rank, 0) >= count.allowance and not self.stopped.is_set():
                 self._published.wait(0.05)  # this worker's allowance is spent: its next batch is the new input's
             if rank >= len(self.steps):
                 gone()
                 return None
-            counts = self._spent if self._opening else self._started
-            counts[rank] = counts.get(rank, 0) + 1
             self.on[rank] = self.version
-            return self.steps[rank], self.generation, None if self._opening else counts[rank]
+            return self.steps[rank], self.generation, count.start(rank)
 
     def sync_steps(self):
         """Every worker's step, the chief's apply and their generation, for one synchronous iteration; None
@@ -170,6 +189,17 @@ class TrainingState:
                 return None
             self.on[0] = self.version
             return self.steps, self.apply, self.generation
+
+    def pass_over(self, rank: int, generation: int) -> int | None:
+        """Synchronous worker ``rank`` lost the batch its step of ``generation`` read: the batches it started
+        since its input opened, that one too; from now on it reads a batch ahead of the others. None (nothing
+        counted) while a switch opens the input, or once ``generation`` is not the job's setting."""
+        with self.lock:
+            if self.input.opening or generation != self.generation:
+                return None
+            ahead = self.input.ahead.get(rank, 0)
+            self.input.ahead[rank] = ahead + 1
+            return self.input.read // len(self.steps) + 1 + ahead
 
     def held(self) -> bool:
         """Whether the job has run the step it holds at (sync mode's scheduled switches)."""
@@ -199,8 +229,8 @@ class TrainingState:
                 self.first_iteration_at = now
             smoothed = self.smoothed.add(loss)
             late = generation != self.generation
-            if self.sync and not (self._opening or late and generation == self._counted_generation):
-                self._read += len(self.steps)  # (asynchronous workers count the steps they start: step_for)
+            if self.sync and not (self.input.opening or late and generation == self.input.counted_generation):
+                self.input.read += len(self.steps)  # (asynchronous workers count the steps they start: step_for)
             if late:
                 setting_id, segment = self._late_as
             else:
@@ -271,11 +301,11 @@ class TrainingState:
             observed = self.segment_run() if len(self.points) and observe else None
             ended = self._end_segment()
             self._late_as = (self.setting_id, self.segment)
-            if self._opening:  # the switch opened the input again: its count starts anew
+            if self.input.opening:  # the switch opened the input again: its count starts anew
                 # The old workers' steps while it opened may have read from it (the same shared iterators,
                 # when the worker count stays). They count against it: at worst their batches are passed
                 # over by a later switch, never read again.
-                self._started, self._spent = self._spent, {}
+                self.input.started, self.input.spent = self.input.spent, {}
             started = self._take(new, steps, apply, then)
         self.recorder.segment_end(*ended)
         self.recorder.segment_start(*started)
@@ -293,7 +323,7 @@ class TrainingState:
             self.points.clear()
             if not len(self.history):  # the next segment's number is still a new one
                 self.segment += 1
-            self._read, self._started, self._spent, self._opening = 0, {}, {}, False
+            self.input.restart()
             self._late_as = (self.setting_id, self.segment)
             started = self._take(new, steps, apply, then)
         self.recorder.segment_start(*started)
@@ -308,7 +338,7 @@ class TrainingState:
         self._stepped_in_generation = False
         self.switch_points = []
         self.switch_workers = 1 if self.sync else len(steps)
-        self._opening = False
+        self.input.opening = False
         self._published.notify_all()
         self.warmup = len(steps)
         started = self._start_segment()
@@ -332,7 +362,8 @@ class TrainingState:
         """How far the input moved since it was last opened, in batches of the round-robin order; the input
         is being opened again, after them.
 
-        Synchronous workers read side by side: the batches read. Asynchronous
+        Synchronous workers read side by side: the batches read, and past
+        the batches a worker's input passed over (:meth:`pass_over`). Asynchronous
         ones do not: with ``n`` workers, worker ``r``'s ``k``-th batch is
         batch ``r + n k``, and a fast worker reads far ahead of a slow one.
         So the input moves past the furthest worker's batches, ``n`` times
@@ -346,14 +377,9 @@ class TrainingState:
         reconfiguration").
         """
         with self.lock:
-            if self.sync:
-                read = self._read
-            else:
-                read = len(self.steps) * (max(self._started.values(), default=0) + allowance)
-            self._allowance, self._spent, self._started = allowance, {}, {}
-            self._read = 0
-            self._opening = True
-            self._counted_generation = self.generation
+            read = self.input.batches(self.sync, len(self.steps), allowance)
+            self.input.restart(allowance, opening=True)
+            self.input.counted_generation = self.generation
         return read
 
     def switch_origin(self) -> tuple[int, float, float | None]:
@@ -434,7 +460,7 @@ class TrainingState:
         setting, segment, smoothed loss, the patience rule's best, and the batches read since the input
         was last opened (as :meth:`batches_read` counts them, without opening it)."""
         with self.lock:
-            read = self._read if self.sync else len(self.steps) * max(self._started.values(), default=0)
+            read = self.input.batches(self.sync, len(self.steps))
             return {"step": self.step, "setting_id": self.setting_id, "segment": self.segment,
                     "smoothed": self.smoothed.saved(), "best": [self._best_loss, self._best_step], "read": read,
                     "first_iteration_at": self.first_iteration_at}

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from concurrent.futures import wait
+from typing import Callable
 
 import tensorflow as tf
 
@@ -160,7 +161,8 @@ class Workers:
                 try:
                     loss, _ = run_retrying_aborts(step)
                 except tf.errors.CancelledError as e:
-                    if reopened >= INPUT_REOPENS or not self._reopened(rank, step, generation, batches, e):
+                    if reopened >= INPUT_REOPENS or not self._reopened(
+                            rank, step, e, lambda: batches if generation == state.generation else None):
                         raise
                     reopened += 1
                     continue
@@ -172,17 +174,35 @@ class Workers:
             if not self._given_up():
                 state.off(rank)
 
-    def _reopened(self, rank: int, step, generation: int, batches: int | None, error) -> bool:
+    def _reopened(self, rank: int, step, error, batches: Callable[[], int | None]) -> bool:
         """Whether worker ``rank``'s input, killed under its step (``error``), was opened again at its next
-        batch: only while the step's setting is the job's and no switch opens the input."""
-        if not (input_cancelled(error) and batches is not None and generation == self.state.generation) \
-                or self._given_up():
+        batch: only while the step's setting is the job's and no switch opens the input (``batches()``: the
+        batches the worker started since its input opened, this one too; None otherwise)."""
+        if not input_cancelled(error) or self._given_up():
+            return False
+        started = batches()
+        if started is None:
             return False
         logger.warning("worker %d's input was cancelled under its step (%s: %s); it is opened again at its next "
                        "batch, and the batch in flight is passed over", rank, type(error).__name__,
                        essence(error.message))
-        step.reopen(batches)
+        step.reopen(started)
         return True
+
+    def _sync_loss(self, rank: int, future, worker: DaemonExecutor, step, generation: int) -> float:
+        """Worker ``rank``'s loss in a synchronous iteration of ``generation``. Where its input was killed
+        under its step, the input is opened again at its next batch and the step run again: the lost batch
+        gave no gradient, and the chief's apply averages one from every worker."""
+        reopened = 0
+        while True:
+            try:
+                return float(future.result()[0])
+            except tf.errors.CancelledError as e:
+                if reopened >= INPUT_REOPENS or not self._reopened(
+                        rank, step, e, lambda: self.state.pass_over(rank, generation)):
+                    raise
+                reopened += 1
+                future = worker.submit(step)
 
     def _sync_loop(self) -> None:
         """Every worker's step side by side, each in a daemon thread of its own (a step stuck on a node that
@@ -201,7 +221,8 @@ class Workers:
                 with state.step_gate:
                     futures = [worker.submit(step) for worker, step in zip(pool, steps)]
                     wait(futures)  # every step ends (a survivor's accumulation too) before an error is raised
-                    losses = [float(f.result()[0]) for f in futures]
+                    losses = [self._sync_loss(rank, future, pool[rank], steps[rank], generation)
+                              for rank, future in enumerate(futures)]
                     apply()
                     state.record(None, time.perf_counter() - started, sum(losses) / len(losses), generation)
         finally:
