@@ -237,6 +237,22 @@ def test_kept_runs_are_taken_from_the_journal_and_a_sitting_stops_on_time(journa
                                                                                           "logr/fixed/0"}
 
 
+def test_a_workload_s_estimator_ratings_are_kept_and_not_made_again_by_a_later_sitting(journal, paper, tmp_path,
+                                                                                       monkeypatch):
+    rated = []
+    monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 10.0))
+    monkeypatch.setattr(paper, "_fixed", lambda *args, **kwargs: _row("converged", 20.0))
+    monkeypatch.setattr(paper, "_table_vi", lambda db, name: rated.append(name) or {"runs": 2, "segment": 10})
+    path, dbs = str(tmp_path / "j-runs.jsonl"), (str(tmp_path / "t.db"), str(tmp_path / "f.db"))
+    first = paper._real("logr", "smoke", 1, [{}], *dbs, lambda message: None,
+                        kept=paper.Kept(journal.Journal.start(path, CONFIG), log=lambda message: None))
+    said = []
+    again = paper._real("logr", "smoke", 1, [{}], *dbs, said.append,
+                        kept=paper.Kept(journal.Journal.resume(path, CONFIG), log=said.append))
+    assert rated == ["LogR"] and first["table_vi"] == again["table_vi"] == {"runs": 2, "segment": 10}
+    assert "    kept                  logr/table_vi, from an earlier sitting" in said  # no time: not a run
+
+
 def test_the_early_staleness_experiment_refuses_an_unknown_run_in_one_line(capsys, monkeypatch):
     experiment = _bench_module("early_staleness")
     monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "early_staleness.py")])
