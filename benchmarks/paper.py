@@ -170,26 +170,27 @@ class Kept:
     def __init__(self, book: journal.Journal, log, stop_after_s: float | None = None):
         self.book, self.log, self.stop_after_s, self.ran = book, log, stop_after_s, 0
 
-    def __call__(self, key: str, make_row, keeps: str | None = None):
+    def __call__(self, key: str, make_row, keeps: str | None = None, run: bool = True):
         """The row of run ``key``; ``make_row()`` runs it. ``keeps``: a repository the run wrote to that later
-        runs read, copied aside after it (:func:`journal.keep`)."""
+        runs read, copied aside after it (:func:`journal.keep`). ``run=False``: a figure made from kept runs (a
+        workload's estimator ratings), made whatever the sitting's time and not counted as a run."""
         if key in self.book.runs:
             row = self.book.runs[key]
             time_s = row.get("completion_time_s")  # a run's; a workload's estimator ratings have none
             took = f"{time_s:7.1f} s" if isinstance(time_s, (int, float)) else " " * 9
             self.log(f"    kept       {took}  {key}, from an earlier sitting")
             return row
-        if self.stop_after_s is not None and self.ran and self.book.sitting_s >= self.stop_after_s:
+        if run and self.stop_after_s is not None and self.ran and self.book.sitting_s >= self.stop_after_s:
             raise _Stop
         row = make_row()
-        self.ran += 1
+        self.ran += run
         self.book.record(key, row)
         if keeps:
             journal.keep(keeps)
         return row
 
 
-def _every_time(key, make_row, keeps=None):
+def _every_time(key, make_row, keeps=None, run=True):
     return make_row()
 
 
@@ -457,7 +458,7 @@ def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fi
     summary = _summary(ok or tuned, fixed, cap)
     summary["stability"] = _stability(tuned, starts, summary["completion_time_s"]["best"])
     # Rated once and kept: on the full mode's LogR (34 runs of 117,000-176,000 iterations) it took 37 minutes.
-    table_vi = kept(f"{name}/table_vi", lambda: _table_vi(fixed_db, workloads.job(name, mode).name))
+    table_vi = kept(f"{name}/table_vi", lambda: _table_vi(fixed_db, workloads.job(name, mode).name), run=False)
     return {"tuned": tuned, "checkpoint": checkpoint, "start": starts[0] if starts else None, "starts": starts,
             "fixed": fixed, "summary": summary, "table_v": _table_v(ok or tuned, checkpoint), "table_vi": table_vi}
 
