@@ -183,7 +183,8 @@ class Kept:
         if run and self.stop_after_s is not None and self.ran and self.book.sitting_s >= self.stop_after_s:
             raise _Stop
         row = make_row()
-        self.ran += run
+        if run:
+            self.ran += 1
         self.book.record(key, row)
         if keeps:
             journal.keep(keeps)
