@@ -23,6 +23,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import journal  # noqa: E402
 from tfonline.report.plots import series  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 
@@ -49,14 +50,32 @@ def fig5(result: dict, path: str) -> str:
     return path
 
 
-def _curve(db: str, job_id: str) -> tuple[list[float], list[float], float | None]:
+CURVE_POINTS = 400  # a run's smoothed loss as the loss figure draws it, and as the benchmark's traces keep it
+
+
+def curve(db: str, job_id: str) -> dict:
+    """A run's smoothed loss against the wall time since ``run()``, in :data:`CURVE_POINTS` points at most (six
+    significant figures), from its repository: what its loss figure draws."""
     repo = Repository(db, create=False)
     try:
         job = repo.jobs(job_id)[0]
         rows = [r for r in series(repo, job_id)["iterations"] if r["smoothed_loss"] is not None]
     finally:
         repo.db.conn.close()
-    return [r["wall_time"] - job["started_at"] for r in rows], [r["smoothed_loss"] for r in rows], job["target_loss"]
+    rows = rows[::max(1, -(-len(rows) // CURVE_POINTS))]
+    return {"job_id": job_id, "wall_s": [_short(r["wall_time"] - job["started_at"]) for r in rows],
+            "smoothed_loss": [_short(r["smoothed_loss"]) for r in rows], "target_loss": job["target_loss"]}
+
+
+def _short(x: float) -> float:
+    return float(f"{x:.6g}")
+
+
+def _curve(db: str, job_id: str, kept: dict[str, dict]) -> tuple[list[float], list[float], float | None] | None:
+    """A run's curve (:func:`curve`) as the run kept it in the benchmark's traces, else from its repository;
+    None where neither is here (a repository lost with an earlier machine)."""
+    found = kept.get(job_id) or (curve(db, job_id) if os.path.exists(db) else None)
+    return None if found is None else (found["wall_s"], found["smoothed_loss"], found["target_loss"])
 
 
 def _nearest_average(workload: dict) -> dict | None:
@@ -65,7 +84,10 @@ def _nearest_average(workload: dict) -> dict | None:
     return min(runs, key=lambda r: abs(r["completion_time_s"] - average)) if runs else None
 
 
-def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: str) -> str | None:
+def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: str,
+                kept: dict[str, dict] | None = None) -> str | None:
+    """The figure of the module's docstring, each run's curve from ``kept`` (by job id) or its repository; None
+    where no run has one."""
     fixed = [r for r in workload["fixed"] if r.get("job_id") and r.get("completion_time_s") is not None]
     tuned = [r for r in workload["tuned"] if r.get("job_id")]
     if not fixed or not tuned:
@@ -76,10 +98,15 @@ def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: s
     middle = _nearest_average(workload)
     if middle is not None and middle is not best:
         lines.append((f"near the average: {middle.get('setting')}", fixed_db, middle, "#ef8a62"))
+    curves = [(label, run, colour, _curve(db, run["job_id"], kept or {})) for label, db, run, colour in lines]
+    if not any(curve for *_, curve in curves):
+        return None
     fig, ax = plt.subplots(figsize=(8.0, 4.5), dpi=100)
     target = None
-    for label, db, run, colour in lines:
-        xs, ys, target = _curve(db, run["job_id"])
+    for label, run, colour, curve in curves:
+        if curve is None:
+            continue
+        xs, ys, target = curve
         ax.plot(xs, ys, label=f"{label} ({run['completion_time_s']:.0f} s)", color=colour, linewidth=1.2)
     if target is not None:
         ax.axhline(target, color="0.3", linestyle="--", linewidth=0.8, label=f"target {target:g}")
@@ -98,10 +125,11 @@ def loss_figure(name: str, workload: dict, tuned_db: str, fixed_db: str, path: s
 def draw(result: dict, stem: str) -> list[str]:
     """Writes the figures of a benchmark result next to ``stem`` (its JSON's path without ``.json``)."""
     written = [fig5(result, stem + "-fig5.png")]
+    kept = {t["curve"]["job_id"]: t["curve"] for t in journal.read_traces(stem).values() if t.get("curve")}
     for name, workload in result["workloads"].items():
         if workload.get("simulated"):
             continue
-        path = loss_figure(name, workload, stem + "-tuned.db", stem + "-fixed.db", f"{stem}-loss-{name}.png")
+        path = loss_figure(name, workload, stem + "-tuned.db", stem + "-fixed.db", f"{stem}-loss-{name}.png", kept)
         if path:
             written.append(path)
     return written

@@ -24,9 +24,18 @@ run again from its start. Its rows stay in the repositories, except in the
 tuned runs' repository: a tuned run starts from the triples of the tuned runs
 before it (``tuning={"resume": True}``, the default), so after each finished
 tuned run that repository is copied aside (``<tuned db>.kept``, SQLite's
-backup) and a resumed benchmark starts from that copy. The repositories
-stay beside the journal (git ignores them): a resumed benchmark whose
-journal keeps runs without their repositories is refused.
+backup) and a resumed benchmark starts from that copy.
+
+A sitting can be on another machine, whose checkout has what git keeps and
+no repository (git ignores them). So the tables and figures made at a
+workload's end read none: each run leaves its traces in
+``<stem>-traces.jsonl`` (its loss curve, and a fixed run its estimator
+ratings), written before its journal line. And the tuned runs' repository
+is also kept as SQL text without its iterations and estimates
+(``<tuned db>.kept.sql``, which no later job reads of an earlier one), from
+which a sitting restores it where the SQLite copy is gone. A resumed
+benchmark whose tuned runs left neither is refused, unless told to go on
+without (``paper.py --accept-lost``).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ import sqlite3
 import time
 
 SUFFIX = "-runs.jsonl"
+TRACES = "-traces.jsonl"  # beside the journal: what runs leave for the tables at a workload's end
+CARRIED = ".kept.sql"  # beside the tuned runs' repository: its kept copy as SQL text, without iterations
 
 
 class JournalError(Exception):
@@ -48,9 +59,11 @@ class Journal:
     """The finished runs of one benchmark (``path``), appended to as each run ends."""
 
     def __init__(self, path: str, config: dict, runs: dict[str, dict] | None = None, elapsed_s: float = 0.0,
-                 sittings: int = 1, revisions: list[str] | None = None):
+                 sittings: int = 1, revisions: list[str] | None = None, traces: dict[str, dict] | None = None):
         self.path, self.config = path, config
         self.runs = dict(runs or {})
+        self.traces = dict(traces or {})  # a run's traces (its loss curve, its estimator ratings), by its key
+        self.lost: dict[int, str] = {}  # by sitting: the repository it went on without (paper.py --accept-lost)
         self.before_s = elapsed_s  # the earlier sittings' wall time, up to their last finished run
         self.sittings = sittings
         self.revisions = list(revisions or [])  # the code revisions the sittings ran on, in order, each once
@@ -61,6 +74,8 @@ class Journal:
         """A new journal at ``path`` (an earlier one there is replaced)."""
         with open(path, "w") as f:
             f.write(json.dumps({"config": config}) + "\n")
+        if os.path.exists(_traces_path(path)):
+            os.remove(_traces_path(path))
         return cls(path, config)
 
     @classmethod
@@ -76,8 +91,13 @@ class Journal:
                 runs[line["run"]] = line["row"]
                 elapsed = line["elapsed_s"]
         revisions = list(dict.fromkeys(line["revision"] for line in lines if line.get("revision")))
-        return cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line),
-                   revisions=revisions)
+        traces_path = _traces_path(path)
+        traces = {line["run"]: line["traces"] for line in (_lines(traces_path, mend=True)
+                                                            if os.path.exists(traces_path) else [])}
+        book = cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line),
+                   revisions=revisions, traces={key: traces[key] for key in runs if key in traces})
+        book.lost = {line["sitting"]: line["lost"] for line in lines if line.get("lost")}
+        return book
 
     @property
     def finished(self) -> bool:
@@ -93,7 +113,11 @@ class Journal:
         """The benchmark's wall time: the earlier sittings' and this one's."""
         return self.before_s + self.sitting_s
 
-    def record(self, key: str, row: dict) -> None:
+    def record(self, key: str, row: dict, traces: dict | None = None) -> None:
+        """Keeps a finished run: its row, and its ``traces`` (written first: a run is kept once its row is)."""
+        if traces is not None:
+            self.traces[key] = traces
+            _append(_traces_path(self.path), {"run": key, "traces": traces})
         self.runs[key] = row
         self._append({"run": key, "row": row, "elapsed_s": self.elapsed_s})
 
@@ -102,6 +126,8 @@ class Journal:
         if revision and revision not in self.revisions:
             self.revisions.append(revision)
         self._append({"sitting": self.sittings, "revision": revision, **facts})
+        if facts.get("lost"):
+            self.lost[self.sittings] = facts["lost"]
 
     def end_sitting(self, why: str) -> None:
         self._append({"sitting_ended": why, "elapsed_s": self.elapsed_s})
@@ -110,10 +136,24 @@ class Journal:
         self._append({"finished": True, "elapsed_s": self.elapsed_s})
 
     def _append(self, line: dict) -> None:
-        with open(self.path, "a") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        _append(self.path, line)
+
+
+def read_traces(stem: str) -> dict[str, dict]:
+    """The traces kept beside the journal of ``stem`` (a benchmark's path without ``-runs.jsonl``), by run key."""
+    path = stem + TRACES
+    return {line["run"]: line["traces"] for line in (_lines(path) if os.path.exists(path) else [])}
+
+
+def _append(path: str, line: dict) -> None:
+    with open(path, "a") as f:
+        f.write(json.dumps(line) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _traces_path(path: str) -> str:
+    return path[: -len(SUFFIX)] + TRACES if path.endswith(SUFFIX) else path + TRACES
 
 
 def latest_unfinished(out: str, mode: str) -> str | None:
@@ -127,11 +167,25 @@ def _finished(path: str) -> bool:
 
 
 def keep(db: str) -> None:
-    """Copies the repository ``db`` aside (``<db>.kept``), consistently, with SQLite's backup."""
+    """Copies the repository ``db`` aside (``<db>.kept``), consistently, with SQLite's backup; and again as SQL
+    text without the iterations and estimates (``<db>.kept.sql``, a few hundred kilobytes where the copy has
+    hundreds of megabytes), which git keeps: a later job reads none of them from an earlier one."""
     _backup(db, db + ".kept")
+    with sqlite3.connect(":memory:") as copy:
+        with sqlite3.connect(db) as source:
+            source.backup(copy)
+        source.close()
+        tables = {name for (name,) in copy.execute("select name from sqlite_master where type = 'table'")}
+        for table in tables & {"iterations", "estimates"}:
+            copy.execute(f"delete from {table}")
+        copy.commit()
+        with open(db + CARRIED + ".part", "w") as f:
+            f.writelines(statement + "\n" for statement in copy.iterdump())
+    copy.close()
+    os.replace(db + CARRIED + ".part", db + CARRIED)
 
 
-def remove(db: str, suffixes=("", "-wal", "-shm", ".kept")) -> None:
+def remove(db: str, suffixes=("", "-wal", "-shm", ".kept", CARRIED)) -> None:
     """Removes the repository ``db``: its file, SQLite's, and its kept copy."""
     for suffix in suffixes:
         if os.path.exists(db + suffix):
@@ -139,12 +193,23 @@ def remove(db: str, suffixes=("", "-wal", "-shm", ".kept")) -> None:
 
 
 def restore(db: str) -> bool:
-    """Replaces ``db`` by its kept copy; with none, removes it. True when a copy was restored."""
+    """Replaces ``db`` by its kept copy, or where that is gone (another machine) by its SQL text; with neither,
+    removes it. True when a copy was restored."""
     remove(db, ("", "-wal", "-shm"))
-    if not os.path.exists(db + ".kept"):
-        return False
-    _backup(db + ".kept", db)
-    return True
+    if os.path.exists(db + ".kept"):
+        _backup(db + ".kept", db)
+        return True
+    if os.path.exists(db + CARRIED):
+        with open(db + CARRIED) as f, sqlite3.connect(db) as conn:
+            conn.executescript(f.read())
+        conn.close()
+        return True
+    return False
+
+
+def kept_copy(db: str) -> str | None:
+    """The path of ``db``'s kept copy (:func:`keep`), or of its SQL text where only that is here; else None."""
+    return next((db + suffix for suffix in (".kept", CARRIED) if os.path.exists(db + suffix)), None)
 
 
 def _backup(source: str, target: str) -> None:

@@ -64,7 +64,8 @@ iteration, Table III; settings, Table IV; reconfigurations and overhead,
 ODMR against checkpoint-restart, Table V; estimator rank, Table VI; the
 machine; the benchmark's own wall time). The runs' repositories are kept
 next to them (``<date>-<mode>-tuned.db``, ``-fixed.db``) for ``tfonline
-report``, and so are the figures (``benchmarks/figures.py``): Fig. 5 as
+report`` (git ignores them; what a sitting on another machine needs is in
+the journal's files, see :mod:`journal`), and so are the figures (``benchmarks/figures.py``): Fig. 5 as
 ``-fig5.png`` and each real workload's loss against wall time as
 ``-loss-<workload>.png``.
 """
@@ -85,11 +86,11 @@ sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
 import journal  # noqa: E402
-from figures import draw  # noqa: E402
+from figures import curve, draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
-from tfonline.estimator import available_estimators  # noqa: E402
-from tfonline.estimator._quality import estimate_quality, load_runs  # noqa: E402
+from tfonline.estimator import available_estimators, get_estimator  # noqa: E402
+from tfonline.estimator._quality import RunRating, combine, load_run, rate_run  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 from tfonline.setting import short_form  # noqa: E402
 from tfonline.simulator.evaluate import evaluate  # noqa: E402
@@ -114,7 +115,7 @@ TARGETS = {"real": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "tfonline
                     "slowest_tuned_over_start": 1.10, "overhead_share": 0.02, "eta_error": 0.25},
            "simulated": {"gain_captured": 0.90, "tfonline_over_best": 1.10, "average_over_tfonline": 2.5}}
 DRAW_SEED = 2026  # the fixed settings' draw
-RANK_SEGMENT = 60  # iterations per segment for the estimator rank (fewer for short runs: at least 6 segments)
+RANK_SEGMENT = 60  # iterations per segment for the estimator rank (the shortest run measured had 4,424: 73 segments)
 UNFINISHED = 75  # the exit status of a sitting that stopped before the benchmark was done (EX_TEMPFAIL)
 PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best": "1.3-2.3x slower",
          "odmr_vs_checkpoint": "3.8-7.6x cheaper per reconfiguration", "estimator_rank": "2.0-3.3 of 100"}
@@ -155,7 +156,38 @@ def _run(job, db: str, log, **kwargs) -> dict:
     row["wall_s"] = time.monotonic() - started
     log(f"    {row['status']:<10} {row.get('completion_time_s') or 0:7.1f} s  "
         f"{row.get('iterations') or 0:>6} it  {row.get('most_used_setting') or row.get('error', '')}")
+    if row.get("job_id"):
+        row["traces"] = _traced(log, "curve", lambda: {"curve": curve(db, row["job_id"])})  # the loss figure's
     return row
+
+
+def _traced(log, what: str, make) -> dict:
+    """``make()``, a run's traces; {} where it fails (said in the log): the run's row is kept all the same."""
+    try:
+        return make()
+    except Exception as e:
+        log(f"    no {what} kept: {type(e).__name__}: {e}")
+        return {}
+
+
+def _ratings(db: str, job_id: str) -> dict:
+    """How each estimator rates a converged fixed run (:func:`tfonline.estimator._quality.rate_run`), to six
+    significant figures: the run's part of its workload's Table VI, kept so that the table needs no repository
+    (about a minute of fits for a full-mode LogR run of 150,000 iterations)."""
+    repo = Repository(db, create=False)
+    try:
+        run = load_run(repo, job_id)
+    finally:
+        repo.db.conn.close()
+    if run is None:
+        return {}
+    out = {}
+    for name in available_estimators():
+        r = rate_run(run, get_estimator(name), RANK_SEGMENT)
+        out[name] = {"training_time_s": r.training_time_s, "segment": r.segment,
+                     "predicted_s": [None if x is None else float(f"{x:.6g}") for x in r.predicted_s],
+                     "relative_error": {str(k): v for k, v in r.relative_error.items()}}
+    return out
 
 
 class _Stop(Exception):
@@ -185,14 +217,16 @@ class Kept:
         row = make_row()
         if run:
             self.ran += 1
-        self.book.record(key, row)
+        self.book.record(key, row, row.pop("traces", None))
         if keeps:
             journal.keep(keeps)
         return row
 
 
 def _every_time(key, make_row, keeps=None, run=True):
-    return make_row()
+    row = make_row()
+    row.pop("traces", None)
+    return row
 
 
 def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:
@@ -294,18 +328,22 @@ def _table_v(tuned: list[dict], checkpoint: dict) -> dict:
             "median_ratio_checkpoint_over_online": ckpt / online if online and ckpt else None}
 
 
-def _table_vi(fixed_db: str, name: str) -> dict:
-    repo = Repository(fixed_db, create=False)
-    try:
-        runs = load_runs(repo, name)
-    finally:
-        repo.db.conn.close()
-    if len(runs) < 2:
-        return {"runs": len(runs), "why": "fewer than 2 converged fixed runs"}
-    segment = max(10, min(RANK_SEGMENT, min(r.steps.size for r in runs) // 6))
-    out = {"runs": len(runs), "segment": segment}
+def _table_vi(traces: list[dict | None]) -> dict:
+    """Table VI over a workload's converged fixed runs (the start setting's among them), from the ratings each
+    kept when it ended (``traces``: theirs, in order; None for a run kept without: its repository was lost)."""
+    rated = [t["ratings"] for t in traces if t and t.get("ratings")]
+    unrated = len(traces) - len(rated)
+    lost = {"unrated": unrated, "unrated_why": "converged runs kept without ratings: kept before runs were rated "
+            "as they ended (2026-11-28), their repository gone with an earlier machine; or rated in error (the "
+            "sitting's log says)"} if unrated else {}
+    if len(rated) < 2:
+        return {"runs": len(rated), "why": "fewer than 2 converged fixed runs", **lost}
+    out = {"runs": len(rated), "segment": RANK_SEGMENT, **lost}
     for estimator in available_estimators():
-        q = estimate_quality(runs, estimator, segment)
+        q = combine(estimator, [RunRating(r[estimator]["training_time_s"], r[estimator]["segment"],
+                                          r[estimator]["predicted_s"],
+                                          {float(k): v for k, v in r[estimator]["relative_error"].items()})
+                                for r in rated])
         out[estimator] = {"rank": q.rank, "picks": q.picks,
                           "median_relative_error": {str(k): v for k, v in q.median_relative_error.items()}}
     return out
@@ -321,8 +359,11 @@ def _sittings(result: dict) -> str:
     at = f" at {', '.join(revisions)}" if revisions else ""
     if n == 1:
         return at
+    lost = "".join(f"; sitting {sitting} went on without {os.path.basename(path)}, lost with the machine before it: "
+                   "the tuned runs after it inherited nothing from those before"
+                   for sitting, path in (result.get("lost") or {}).items())
     return (f" over {n} sittings{at} (the runs kept; a run that a sitting left unfinished is not counted"
-            f"{'; the code changed between sittings' if len(revisions) > 1 else ''})")
+            f"{'; the code changed between sittings' if len(revisions) > 1 else ''}{lost})")
 
 
 def _fmt(x, spec=".1f"):
@@ -400,7 +441,9 @@ def markdown(result: dict) -> str:
         v = w["table_vi"]
         cells = [f"{_fmt(v[e]['rank'], '.2f')} ({v[e]['picks']} picks)" if e in v else v.get("why", "-")
                  for e in available_estimators()]
-        lines.append(f"| {name} | {v['runs']} runs, segments of {v.get('segment', '-')} it | " + " | ".join(cells) + " |")
+        unrated = f" (and {v['unrated']} kept without ratings)" if v.get("unrated") else ""
+        lines.append(f"| {name} | {v['runs']} runs{unrated}, segments of {v.get('segment', '-')} it | "
+                     + " | ".join(cells) + " |")
     lines += ["", "Median relative error of the remaining iterations (until the smoothed loss crosses the target) "
               "at 25 / 50 / 75% of each converged fixed run; target <= 25%:", "",
               "| workload | " + " | ".join(available_estimators()) + " |", "|---|" + "---|" * len(available_estimators())]
@@ -416,6 +459,7 @@ def markdown(result: dict) -> str:
 def _write(result: dict, stem: str, book: journal.Journal) -> None:
     """Writes the JSON and the tables after every workload: a long run keeps what it has."""
     result["wall_s"], result["sittings"], result["revisions"] = book.elapsed_s, book.sittings, book.revisions
+    result["lost"] = book.lost
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=2)
     with open(stem + ".md", "w") as f:
@@ -431,7 +475,7 @@ def draw_settings(space: KnobSpace, count: int, seed: int) -> list[dict]:
 
 
 def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fixed_db: str, log,
-          kept=_every_time) -> dict:
+          kept: Kept) -> dict:
     """One real workload: its tuned runs, its checkpoint-restart run and start setting (by mode), its fixed runs;
     each a run for :class:`Kept`."""
     plan = MODES[mode]
@@ -446,20 +490,21 @@ def _real(name: str, mode: str, seeds: int, drawn: list[dict], tuned_db: str, fi
     ok = [r for r in tuned if r["status"] == "converged"]
     cap = plan["cap"] * statistics.median(r["completion_time_s"] for r in (ok or tuned)
                                           if r["completion_time_s"] is not None)
-    starts = []
+    starts, start_keys = [], []
     if plan["start"]:
         log(f"{name}: the default setting, fixed (where the tuned runs start), at each tuned run's seed, capped at "
             f"{cap:.0f} s")
-        starts = [kept(f"{name}/start" + (f"/{seed}" if seed else ""),
-                       lambda seed=seed: _fixed(name, mode, None, cap, fixed_db, log, seed=seed))
-                  for seed in range(seeds)]
+        start_keys = [f"{name}/start" + (f"/{seed}" if seed else "") for seed in range(seeds)]
+        starts = [kept(key, lambda seed=seed: _fixed(name, mode, None, cap, fixed_db, log, seed=seed))
+                  for seed, key in enumerate(start_keys)]
     log(f"{name}: {len(drawn)} random fixed settings, capped at {cap:.0f} s")
     fixed = [kept(f"{name}/fixed/{i}", lambda setting=setting: _fixed(name, mode, setting, cap, fixed_db, log))
              for i, setting in enumerate(drawn)]
     summary = _summary(ok or tuned, fixed, cap)
     summary["stability"] = _stability(tuned, starts, summary["completion_time_s"]["best"])
-    # Rated once and kept: on the full mode's LogR (34 runs of 117,000-176,000 iterations) it took 37 minutes.
-    table_vi = kept(f"{name}/table_vi", lambda: _table_vi(fixed_db, workloads.job(name, mode).name), run=False)
+    rated = [key for key, row in zip(start_keys + [f"{name}/fixed/{i}" for i in range(len(drawn))], starts + fixed)
+             if row["status"] == "converged"]
+    table_vi = kept(f"{name}/table_vi", lambda: _table_vi([kept.book.traces.get(key) for key in rated]), run=False)
     return {"tuned": tuned, "checkpoint": checkpoint, "start": starts[0] if starts else None, "starts": starts,
             "fixed": fixed, "summary": summary, "table_v": _table_v(ok or tuned, checkpoint), "table_vi": table_vi}
 
@@ -469,6 +514,8 @@ def _fixed(name: str, mode: str, setting: dict | None, cap: float, fixed_db: str
     job.max_seconds = cap
     row = _run(job, fixed_db, log, setting=setting, seed=seed)
     row["setting"] = "default" if setting is None else short_form(setting)
+    if row["status"] == "converged":
+        row["traces"].update(_traced(log, "ratings", lambda: {"ratings": _ratings(fixed_db, row["job_id"])}))
     return row
 
 
@@ -506,6 +553,14 @@ def _spread(times: list[float]) -> float | None:
     return (max(times) - min(times)) / min(times) if len(times) > 1 else None
 
 
+def _lost(book: journal.Journal, tuned_db: str) -> str | None:
+    """The copy of the tuned runs' repository that the runs ``book`` keeps left, where it is missing, else None.
+    (The fixed runs' repository is needed by none: each fixed run keeps its ratings and curve in the traces.)"""
+    if any("/tuned/" in key or key.endswith("/checkpoint") for key in book.runs) and not journal.kept_copy(tuned_db):
+        return tuned_db + journal.CARRIED
+    return None
+
+
 def _revision() -> str | None:
     """The code's git revision, ``+`` when the tree has changes; None outside a git checkout."""
     import subprocess
@@ -533,6 +588,9 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, help="tuned runs per workload (default: by mode)")
     parser.add_argument("--resume", action="store_true",
                         help="go on with the newest unfinished benchmark of this mode in --out (else start one)")
+    parser.add_argument("--accept-lost", action="store_true",
+                        help="with --resume: go on where the tuned runs' repository is gone (another machine): "
+                             "the tuned runs still to come inherit nothing from the kept ones")
     parser.add_argument("--stop-after", type=float, metavar="MINUTES",
                         help="start no run once this sitting has lasted MINUTES; exit 75 if not done")
     args = parser.parse_args(argv)
@@ -547,7 +605,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     config = {"mode": args.mode, "workloads": ",".join(names), "fixed": fixed_count, "seeds": seeds,
               "draw_seed": DRAW_SEED}
-    resumed = journal.latest_unfinished(args.out, args.mode) if args.resume else None
+    resumed, lost = journal.latest_unfinished(args.out, args.mode) if args.resume else None, None
     stem = resumed or os.path.join(args.out, f"{time.strftime('%Y-%m-%d')}-{args.mode}")
     tuned_db, fixed_db = stem + "-tuned.db", stem + "-fixed.db"
     if resumed:
@@ -555,11 +613,10 @@ def main(argv=None) -> int:
             book = journal.Journal.resume(stem + journal.SUFFIX, config)
         except journal.JournalError as e:
             parser.error(str(e))
-        needed = [(tuned_db + ".kept", ("/tuned/", "/checkpoint")), (fixed_db, ("/fixed/", "/start"))]
-        for path in (p for p, kinds in needed if any(k in key for key in book.runs for k in kinds)
-                     and not os.path.exists(p)):
-            parser.error(f"--resume: {path} is missing; the runs {book.path} keeps need their repositories beside "
-                         "it (without them, remove it to start afresh)")
+        lost = _lost(book, tuned_db)
+        if lost and not args.accept_lost:
+            parser.error(f"--resume: {lost} is missing; the tuned runs {book.path} keeps left it for those to come "
+                         "(--accept-lost goes on without it, or remove the journal to start afresh)")
         journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
     else:
         for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
@@ -569,9 +626,10 @@ def main(argv=None) -> int:
     def log(message):
         print(f"[{book.elapsed_s / 60:5.1f} min] {message}", flush=True)
 
-    book.begin_sitting(revision=_revision(), date=time.strftime("%Y-%m-%d %H:%M"))
+    book.begin_sitting(revision=_revision(), date=time.strftime("%Y-%m-%d %H:%M"), **({"lost": lost} if lost else {}))
     if resumed:
-        log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept")
+        log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept"
+            + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else ""))
     kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after)
     import tensorflow as tf
 

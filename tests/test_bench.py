@@ -72,13 +72,15 @@ def test_the_markdown_has_every_table(paper):
                           "nodes": 4},
               "workloads": {"logr": {"tuned": tuned, "fixed": fixed, "summary": summary,
                                      "table_v": paper._table_v(tuned, _row("converged", 12.0, moves=(0.8,))),
-                                     "table_vi": {"runs": 1, "why": "fewer than 2 converged fixed runs"}}}}
+                                     "table_vi": {"runs": 1, "why": "fewer than 2 converged fixed runs",
+                                                  "unrated": 2}}}}
     text = paper.markdown(result)
     for heading in ("## Completion time (Fig. 5) and ratios", "## Iterations and time per iteration (Table III)",
                     "## Settings (Table IV)", "## Reconfigurations (Table V)", "## Estimator rank (Table VI"):
         assert heading in text
     assert "| logr | 100.0 | 54.0 | 8.0 | 10.0 (10.0) | 5.40x | 10.00x | 1.25x | 1 of 2 |" in text
-    assert "| 4.0x |" in text and "| logr | 1 runs, segments of - it | fewer than 2 converged fixed runs |" in text
+    assert "| 4.0x |" in text
+    assert "| logr | 1 runs (and 2 kept without ratings), segments of - it | fewer than 2 converged fixed runs |" in text
     assert "## Against the targets" in text
     assert "| logr | share of the Average -> Best gain captured | 96% | >= 90% | met |" in text
     assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
@@ -219,6 +221,29 @@ def test_the_tuned_runs_repository_goes_back_to_its_copy_after_the_last_finished
     assert journal.restore(db) is True and jobs() == ["finished"]
 
 
+def test_on_another_machine_the_tuned_runs_repository_comes_back_from_its_sql_text(journal, tmp_path):
+    """Git ignores the repositories; it keeps their SQL text, which leaves out what no later job reads."""
+    import sqlite3
+
+    db = str(tmp_path / "tuned.db")
+    with sqlite3.connect(db) as conn:
+        conn.execute("create table jobs (id text)")
+        conn.execute("create table iterations (job_id text, step integer, loss real)")
+        conn.execute("insert into jobs values ('finished')")
+        conn.executemany("insert into iterations values ('finished', ?, 0.5)", [(k,) for k in range(1000)])
+    journal.keep(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("insert into jobs values ('interrupted')")
+    os.remove(db + ".kept")  # the fresh checkout of another machine: only what git keeps
+    assert journal.kept_copy(db) == db + journal.CARRIED
+    assert journal.restore(db) is True
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("select id from jobs").fetchall() == [("finished",)]
+        assert conn.execute("select count(*) from iterations").fetchone() == (0,)
+    os.remove(db + journal.CARRIED)
+    assert journal.kept_copy(db) is None and journal.restore(db) is False and not os.path.exists(db)
+
+
 def test_kept_runs_are_taken_from_the_journal_and_a_sitting_stops_on_time(journal, paper, tmp_path):
     book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), CONFIG)
     book.record("logr/tuned/0", {"completion_time_s": 30.0})
@@ -241,15 +266,19 @@ def test_a_workload_s_estimator_ratings_are_kept_and_not_made_again_by_a_later_s
                                                                                        monkeypatch):
     rated = []
     monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 10.0))
-    monkeypatch.setattr(paper, "_fixed", lambda *args, **kwargs: _row("converged", 20.0))
-    monkeypatch.setattr(paper, "_table_vi", lambda db, name: rated.append(name) or {"runs": 2, "segment": 10})
+    monkeypatch.setattr(paper, "_fixed", lambda *args, **kwargs: dict(_row("converged", 20.0),
+                                                                       traces={"ratings": {"made": 1}}))
+    monkeypatch.setattr(paper, "_table_vi", lambda traces: rated.append(traces) or {"runs": 2, "segment": 10})
     path, dbs = str(tmp_path / "j-runs.jsonl"), (str(tmp_path / "t.db"), str(tmp_path / "f.db"))
     first = paper._real("logr", "smoke", 1, [{}], *dbs, lambda message: None,
                         kept=paper.Kept(journal.Journal.start(path, CONFIG), log=lambda message: None))
     said = []
     again = paper._real("logr", "smoke", 1, [{}], *dbs, said.append,
                         kept=paper.Kept(journal.Journal.resume(path, CONFIG), log=said.append))
-    assert rated == ["LogR"] and first["table_vi"] == again["table_vi"] == {"runs": 2, "segment": 10}
+    assert rated == [[{"ratings": {"made": 1}}]]  # the fixed run's traces, as the journal kept them
+    assert first["table_vi"] == again["table_vi"] == {"runs": 2, "segment": 10}
+    kept_row = journal.Journal.resume(path, CONFIG).runs["logr/fixed/0"]
+    assert "traces" not in first["fixed"][0] and "traces" not in kept_row  # not in the tables' JSON
     assert "    kept                  logr/table_vi, from an earlier sitting" in said  # no time: not a run
 
 
@@ -283,20 +312,72 @@ def test_seed_noise_refuses_bad_input_in_one_line(argv, said, capsys, monkeypatc
     assert exited.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == said
 
 
-def test_a_journal_whose_repositories_are_gone_is_refused_in_one_line(journal, paper, tmp_path, capsys, monkeypatch):
-    """A fresh checkout has the journal (it is small) but not the repositories it was kept with (git ignores them)."""
+def test_a_journal_whose_tuned_repository_is_gone_is_refused_in_one_line_unless_accepted(journal, paper, tmp_path,
+                                                                                           capsys, monkeypatch):
+    """A fresh checkout has the journal and the SQL text of the tuned runs' repository (git keeps both), not the
+    repositories. Where that text is missing too (a benchmark kept before it was written), the tuned runs to come
+    would inherit nothing from the kept ones: refused, unless --accept-lost, which the tables then tell."""
     stem = tmp_path / "2026-11-28-smoke"
     book = journal.Journal.start(f"{stem}{journal.SUFFIX}", CONFIG)
-    book.record("logr/start", {"status": "converged", "completion_time_s": 40.0})  # written to the fixed runs' one
-    monkeypatch.setattr(sys, "argv", [BENCH])
-    with pytest.raises(SystemExit):
-        paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume"])
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
-        f"paper.py: error: --resume: {stem}-fixed.db is missing")
+    book.begin_sitting(revision="abc1234")
     book.record("logr/tuned/0", {"status": "converged", "completion_time_s": 30.0})
+    monkeypatch.setattr(sys, "argv", [BENCH])
     with pytest.raises(SystemExit) as exited:
         paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        f"paper.py: error: --resume: {stem}-tuned.db.kept is missing; the runs {stem}{journal.SUFFIX} keeps need "
-        "their repositories beside it (without them, remove it to start afresh)")
+        f"paper.py: error: --resume: {stem}-tuned.db.kept.sql is missing; the tuned runs {stem}{journal.SUFFIX} "
+        "keeps left it for those to come (--accept-lost goes on without it, or remove the journal to start afresh)")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(paper, "_real", interrupted)  # the sitting ends at once: no cluster
+    assert paper.main(["--mode", "smoke", "--out", str(tmp_path), "--resume", "--accept-lost"]) == paper.UNFINISHED
+    assert "tuned.db.kept.sql was lost: the tuned runs to come inherit nothing" in capsys.readouterr().out
+    again = journal.Journal.resume(f"{stem}{journal.SUFFIX}", CONFIG)
+    assert again.lost == {2: f"{stem}-tuned.db.kept.sql"}
+    said = paper._sittings({"sittings": 3, "revisions": [], "lost": again.lost})
+    assert "sitting 2 went on without 2026-11-28-smoke-tuned.db.kept.sql, lost with the machine before it" in said
+
+
+def test_table_vi_from_the_ratings_each_run_kept_is_the_rating_of_the_runs_together(paper, tmp_path):
+    """Each fixed run is rated when it ends, and the journal keeps it; the workload's Table VI puts the ratings
+    together, as :func:`estimate_quality` rates the runs in one go."""
+    import json
+
+    from test_estimate_quality import _fake_runs
+    from tfonline.estimator._quality import estimate_quality, load_runs
+    from tfonline.repository import Repository
+
+    db = str(tmp_path / "fixed.db")
+    _fake_runs(db, per_iteration_s=(0.02, 0.01, 0.04, 0.03, 0.015), alpha=400.0, seed=3)  # 1,700 steps each
+    traces = json.loads(json.dumps([{"ratings": paper._ratings(db, f"run{i}")} for i in range(5)]))  # as kept
+    table = paper._table_vi(traces + [None])  # and one run kept without ratings
+    assert table["runs"] == 5 and table["unrated"] == 1 and table["segment"] == paper.RANK_SEGMENT
+    runs = load_runs(Repository(db, create=False), "Fake")
+    for name in ("hogwild", "loss-curve"):
+        together = estimate_quality(runs, name, paper.RANK_SEGMENT)
+        assert table[name]["rank"] == together.rank and table[name]["picks"] == together.picks > 10
+        assert table[name]["median_relative_error"] == pytest.approx(
+            {str(k): v for k, v in together.median_relative_error.items()})
+    assert paper._table_vi(traces[:1]) == {"runs": 1, "why": "fewer than 2 converged fixed runs"}
+    assert paper._ratings(db, "failed") == {}  # a run that did not converge is not rated
+
+
+def test_a_rating_that_fails_leaves_the_run_kept_without_it(paper, monkeypatch):
+    """A fixed run's ratings are a helper's work: where they fail, the log says so and the run is kept unrated."""
+    monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: dict(_row("converged", 20.0), job_id="j1",
+                                                                     traces={"curve": {"job_id": "j1"}}))
+
+    def broken(db, job_id):
+        raise ValueError("a fit that went wrong")
+
+    monkeypatch.setattr(paper, "_ratings", broken)
+    said = []
+    row = paper._fixed("logr", "smoke", None, 100.0, "fixed.db", said.append)
+    assert row["status"] == "converged" and row["traces"] == {"curve": {"job_id": "j1"}}
+    assert said == ["    no ratings kept: ValueError: a fit that went wrong"]
+    assert paper._table_vi([row["traces"], row["traces"]]) == {
+        "runs": 0, "why": "fewer than 2 converged fixed runs", "unrated": 2,
+        "unrated_why": paper._table_vi([None])["unrated_why"]}

@@ -57,6 +57,22 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
         path = tmp_path / md.replace(".md", figure)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.name in result["figures"]
         assert f"![{path.name}]({path.name})" in text
+    # Each run kept its loss curve (and the fixed run its estimator ratings) beside the journal, so the figures
+    # need no repository: on another machine the checkout has the journal, and git ignores the repositories.
+    traces = [json.loads(line) for line in (tmp_path / journal.replace("-runs.", "-traces.")).read_text().splitlines()]
+    assert [t["run"] for t in traces] == ["logr/tuned/0", "logr/fixed/0"]
+    assert traces[0]["traces"]["curve"]["job_id"] == logr["tuned"][0]["job_id"]
+    if logr["fixed"][0]["status"] == "converged":
+        assert set(traces[1]["traces"]["ratings"]) == {"hogwild", "loss-curve"}
+    stem = str(tmp_path / md[: -len(".md")])
+    for path in (stem + "-tuned.db", stem + "-fixed.db", stem + "-loss-logr.png"):
+        os.remove(path)
+    sys.path.insert(0, os.path.dirname(BENCH))
+    try:
+        import figures
+    finally:
+        sys.path.remove(os.path.dirname(BENCH))
+    assert stem + "-loss-logr.png" in figures.draw(result, stem)
 
 
 def test_the_checkpoint_cost_benchmark_measures_both_ways_side_by_side(capsys):

@@ -84,18 +84,24 @@ class Quality:
 
 def load_runs(repo: Repository, job_name: str) -> list[Run]:
     """The converged runs named ``job_name``, with their iterations."""
-    runs = []
-    for job in repo.jobs(job_name):
-        if job["status"] != "converged":
-            continue
-        rows = list(repo.rows(
-            "select i.step, i.loss, i.smoothed_loss, i.wall_time, s.short from iterations i "
-            "left join settings s on s.id = i.setting_id where i.job_id = ? order by i.step", (job["id"],)))
-        if len(rows) < 2:
-            continue
-        data = np.array([(r["step"], r["loss"], r["smoothed_loss"], r["wall_time"]) for r in rows], dtype=float)
-        runs.append(Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T))
-    return runs
+    return [run for run in (_load(repo, job) for job in repo.jobs(job_name)) if run is not None]
+
+
+def load_run(repo: Repository, job_id: str) -> Run | None:
+    """The job ``job_id`` with its iterations, if it converged (else None)."""
+    return next((run for run in (_load(repo, job) for job in repo.jobs(job_id)) if run is not None), None)
+
+
+def _load(repo: Repository, job: dict) -> Run | None:
+    if job["status"] != "converged":
+        return None
+    rows = list(repo.rows(
+        "select i.step, i.loss, i.smoothed_loss, i.wall_time, s.short from iterations i "
+        "left join settings s on s.id = i.setting_id where i.job_id = ? order by i.step", (job["id"],)))
+    if len(rows) < 2:
+        return None
+    data = np.array([(r["step"], r["loss"], r["smoothed_loss"], r["wall_time"]) for r in rows], dtype=float)
+    return Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T)
 
 
 def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
@@ -107,6 +113,56 @@ def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float
     return remaining, per_iteration_s
 
 
+@dataclass
+class RunRating:
+    """One run's part of an estimator's rating, which :func:`combine` puts together with the other runs':
+    the run's training time (the oracle's), its predicted remaining time at each segment (None: no
+    estimate there), and its relative error at each of :data:`FRACTIONS` (None: no estimate). A benchmark
+    keeps it when the run ends, so that the rating needs no run's iterations afterwards."""
+
+    training_time_s: float
+    segment: int
+    predicted_s: list[float | None]
+    relative_error: dict[float, float | None]
+
+
+def rate_run(run: Run, estimator, segment: int) -> RunRating:
+    """What ``estimator`` (an estimator object, :func:`~tfonline.estimator.get_estimator`) predicts of ``run``
+    in segments of ``segment`` iterations, and how far it is off at each of :data:`FRACTIONS`."""
+    predicted = []
+    for m in range(run.steps.size // segment):
+        remaining, per_iteration_s = _predict(estimator, run, m * segment, (m + 1) * segment)
+        predicted.append(None if remaining is None else remaining * per_iteration_s)
+    errors: dict[float, float | None] = {}
+    for fraction in FRACTIONS:
+        cut = int(run.steps.size * fraction)
+        lo = max(0, cut - segment)
+        remaining, actual = (_predict(estimator, run, lo, cut)[0] if cut - lo >= 2 else None), run.steps.size - cut
+        errors[fraction] = None if remaining is None or actual <= 0 else abs(remaining - actual) / actual
+    return RunRating(run.training_time_s, segment, predicted, errors)
+
+
+def combine(estimator_name: str, ratings: list[RunRating]) -> Quality:
+    """The rank metric and relative errors of one estimator over the runs that ``ratings`` rated (one segment)."""
+    if len({r.segment for r in ratings}) > 1:
+        segments = sorted({r.segment for r in ratings})
+        raise ConfigurationError(f"ratings to combine must share one segment length, got {segments}")
+    order = sorted(range(len(ratings)), key=lambda i: ratings[i].training_time_s)
+    oracle_rank = {run_index: rank + 1 for rank, run_index in enumerate(order)}
+    ranks = []
+    for m in range(max((len(r.predicted_s) for r in ratings), default=0)):
+        predictions = {i: r.predicted_s[m] for i, r in enumerate(ratings)
+                       if m < len(r.predicted_s) and r.predicted_s[m] is not None}
+        if len(predictions) >= 2:
+            ranks.append(oracle_rank[min(predictions, key=predictions.get)])
+    quality = Quality(estimator_name, len(ratings), float(np.mean(ranks)) if ranks else None, len(ranks))
+    for fraction in FRACTIONS:
+        errors = [r.relative_error[fraction] for r in ratings if r.relative_error[fraction] is not None]
+        quality.median_relative_error[fraction] = float(np.median(errors)) if errors else None
+        quality.unavailable[fraction] = len(ratings) - len(errors)
+    return quality
+
+
 def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **options) -> Quality:
     """The rank metric and relative errors of one estimator over ``runs``."""
     if len(runs) < 2:
@@ -114,38 +170,7 @@ def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **optio
     if isinstance(segment, bool) or not isinstance(segment, int) or segment < 2:
         raise ConfigurationError(f"segment must be an integer >= 2, got {segment!r}")
     estimator = get_estimator(estimator_name, **options)
-    order = sorted(range(len(runs)), key=lambda i: runs[i].training_time_s)
-    oracle_rank = {run_index: rank + 1 for rank, run_index in enumerate(order)}
-    ranks = []
-    for m in range(max(r.steps.size for r in runs) // segment):
-        predictions = {}
-        for i, run in enumerate(runs):
-            lo, hi = m * segment, (m + 1) * segment
-            if hi > run.steps.size:
-                continue
-            remaining, per_iteration_s = _predict(estimator, run, lo, hi)
-            if remaining is not None:
-                predictions[i] = remaining * per_iteration_s
-        if len(predictions) >= 2:
-            ranks.append(oracle_rank[min(predictions, key=predictions.get)])
-    quality = Quality(estimator_name, len(runs), float(np.mean(ranks)) if ranks else None, len(ranks))
-    for fraction in FRACTIONS:
-        errors, missing = [], 0
-        for run in runs:
-            cut = int(run.steps.size * fraction)
-            lo = max(0, cut - segment)
-            if cut - lo < 2:
-                missing += 1
-                continue
-            remaining, _ = _predict(estimator, run, lo, cut)
-            actual = run.steps.size - cut
-            if remaining is None or actual <= 0:
-                missing += 1
-                continue
-            errors.append(abs(remaining - actual) / actual)
-        quality.median_relative_error[fraction] = float(np.median(errors)) if errors else None
-        quality.unavailable[fraction] = missing
-    return quality
+    return combine(estimator_name, [rate_run(run, estimator, segment) for run in runs])
 
 
 def quality_text(qualities: list[Quality], job_name: str, segment: int) -> str:
