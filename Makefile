@@ -45,11 +45,12 @@ check-wheel: install
 # results and figures in benchmarks/results/<date>-<mode>.{md,json,png}. bench-full runs in sittings of
 # about 150 minutes (benchmarks/journal.py): each goes on where the last stopped; run it until it says done.
 BENCH_SITTING_MIN ?= 150
+BENCH_ARGS ?=  # e.g. --accept-lost: go on where the tuned runs' repository is gone (python benchmarks/paper.py --help)
 bench: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick
 
 bench-full: install
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full --resume --stop-after $(BENCH_SITTING_MIN); \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode full --resume --stop-after $(BENCH_SITTING_MIN) $(BENCH_ARGS); \
 	rc=$$?; if [ $$rc = 75 ]; then echo "bench-full: not done; run make bench-full again to go on"; exit 0; fi; exit $$rc
 
 clean:
