@@ -91,9 +91,7 @@ class Journal:
                 runs[line["run"]] = line["row"]
                 elapsed = line["elapsed_s"]
         revisions = list(dict.fromkeys(line["revision"] for line in lines if line.get("revision")))
-        traces_path = _traces_path(path)
-        traces = {line["run"]: line["traces"] for line in (_lines(traces_path, mend=True)
-                                                            if os.path.exists(traces_path) else [])}
+        traces = read_traces(path[: -len(SUFFIX)], mend=True)
         book = cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line),
                    revisions=revisions, traces={key: traces[key] for key in runs if key in traces})
         book.lost = {line["sitting"]: line["lost"] for line in lines if line.get("lost")}
@@ -139,10 +137,11 @@ class Journal:
         _append(self.path, line)
 
 
-def read_traces(stem: str) -> dict[str, dict]:
-    """The traces kept beside the journal of ``stem`` (a benchmark's path without ``-runs.jsonl``), by run key."""
+def read_traces(stem: str, mend: bool = False) -> dict[str, dict]:
+    """The traces kept beside the journal of ``stem`` (a benchmark's path without ``-runs.jsonl``), by run key
+    (``mend``: as :func:`_lines`)."""
     path = stem + TRACES
-    return {line["run"]: line["traces"] for line in (_lines(path) if os.path.exists(path) else [])}
+    return {line["run"]: line["traces"] for line in (_lines(path, mend) if os.path.exists(path) else [])}
 
 
 def _append(path: str, line: dict) -> None:
@@ -153,7 +152,8 @@ def _append(path: str, line: dict) -> None:
 
 
 def _traces_path(path: str) -> str:
-    return path[: -len(SUFFIX)] + TRACES if path.endswith(SUFFIX) else path + TRACES
+    """The traces' file beside the journal at ``path`` (which ends in :data:`SUFFIX`)."""
+    return path[: -len(SUFFIX)] + TRACES
 
 
 def latest_unfinished(out: str, mode: str) -> str | None:

@@ -224,9 +224,7 @@ class Kept:
 
 
 def _every_time(key, make_row, keeps=None, run=True):
-    row = make_row()
-    row.pop("traces", None)
-    return row
+    return make_row()
 
 
 def _summary(tuned: list[dict], fixed: list[dict], cap: float) -> dict:

@@ -144,8 +144,8 @@ def rate_run(run: Run, estimator, segment: int) -> RunRating:
 
 def combine(estimator_name: str, ratings: list[RunRating]) -> Quality:
     """The rank metric and relative errors of one estimator over the runs that ``ratings`` rated (one segment)."""
-    if len({r.segment for r in ratings}) > 1:
-        segments = sorted({r.segment for r in ratings})
+    segments = sorted({r.segment for r in ratings})
+    if len(segments) > 1:
         raise ConfigurationError(f"ratings to combine must share one segment length, got {segments}")
     order = sorted(range(len(ratings)), key=lambda i: ratings[i].training_time_s)
     oracle_rank = {run_index: rank + 1 for rank, run_index in enumerate(order)}
