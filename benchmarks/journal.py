@@ -36,6 +36,15 @@ is also kept as SQL text without its iterations and estimates
 which a sitting restores it where the SQLite copy is gone. A resumed
 benchmark whose tuned runs left neither is refused, unless told to go on
 without (``paper.py --accept-lost``).
+
+A sitting on another machine would also measure at another speed: each
+sitting checks each workload's speed before running its first run of it
+(:mod:`speed`), and the journal keeps every check (``{"speed": name, ...}``).
+A workload whose check is off its first is deferred; ``paper.py --redo
+NAME`` runs it again whole, from a ``{"redo": name}`` line on: the runs and
+checks of that workload before it are set aside (they stay in the file), and
+its tuned runs are forgotten by the tuned runs' repository (:func:`forget`),
+so that none to come inherits another machine's times.
 """
 
 from __future__ import annotations
@@ -67,6 +76,8 @@ class Journal:
         self.before_s = elapsed_s  # the earlier sittings' wall time, up to their last finished run
         self.sittings = sittings
         self.revisions = list(revisions or [])  # the code revisions the sittings ran on, in order, each once
+        self.speeds: dict[str, list[dict]] = {}  # by workload: its speed checks since it was last redone, in order
+        self.redone: dict[str, list[int]] = {}  # by workload: the sittings that ran it again whole (--redo)
         self._started = time.monotonic()
 
     @classmethod
@@ -81,20 +92,26 @@ class Journal:
     @classmethod
     def resume(cls, path: str, config: dict) -> "Journal":
         """The journal at ``path``, for the same ``config``; its runs are kept, and a new sitting begins."""
-        runs, elapsed, lines = {}, 0.0, _lines(path, mend=True)
+        lines = _lines(path, mend=True)
         found = lines[0].get("config") if lines else None
         if found != config:
             raise JournalError(f"{path} is the journal of another benchmark: expected {_brief(config)}, "
                                f"got {_brief(found) if found else 'no configuration line'}")
+        elapsed = next((line["elapsed_s"] for line in reversed(lines) if "run" in line), 0.0)
+        revisions = list(dict.fromkeys(line["revision"] for line in lines if line.get("revision")))
+        book = cls(path, config, elapsed_s=elapsed, sittings=1 + sum(1 for line in lines if "revision" in line),
+                   revisions=revisions)
         for line in lines[1:]:
             if "run" in line:
-                runs[line["run"]] = line["row"]
-                elapsed = line["elapsed_s"]
-        revisions = list(dict.fromkeys(line["revision"] for line in lines if line.get("revision")))
+                book.runs[line["run"]] = line["row"]
+            elif "speed" in line:
+                book.speeds.setdefault(line["speed"], []).append(line)
+            elif "redo" in line:
+                book._set_aside(line["redo"])
+                book.redone.setdefault(line["redo"], []).append(line["sitting"])
         traces = read_traces(path[: -len(SUFFIX)], mend=True)
-        book = cls(path, config, runs, elapsed, sittings=1 + sum(1 for line in lines if "sitting" in line),
-                   revisions=revisions, traces={key: traces[key] for key in runs if key in traces})
-        book.lost = {line["sitting"]: line["lost"] for line in lines if line.get("lost")}
+        book.traces = {key: traces[key] for key in book.runs if key in traces}
+        book.lost = {line["sitting"]: line["lost"] for line in lines if line.get("lost")}  # a sitting's first line
         return book
 
     @property
@@ -126,6 +143,33 @@ class Journal:
         self._append({"sitting": self.sittings, "revision": revision, **facts})
         if facts.get("lost"):
             self.lost[self.sittings] = facts["lost"]
+
+    def reference_speed(self, name: str) -> dict | None:
+        """Workload ``name``'s first speed check since it was last redone (:mod:`speed`), or None."""
+        return next((check for check in self.speeds.get(name, []) if not check.get("deferred")), None)
+
+    def record_speed(self, name: str, check: dict, deferred: bool = False) -> dict:
+        """Keeps this sitting's speed ``check`` of workload ``name`` (``deferred``: its runs were put off, so it
+        is not a reference); returns the journal's line."""
+        line = {"speed": name, "sitting": self.sittings, **check, **({"deferred": True} if deferred else {})}
+        self.speeds.setdefault(name, []).append(line)
+        self._append(line)
+        return line
+
+    def redo(self, name: str) -> list[dict]:
+        """Runs workload ``name`` again whole from this sitting on: its runs and speed checks so far are set aside;
+        returns the rows set aside."""
+        dropped = self._set_aside(name)
+        self.redone.setdefault(name, []).append(self.sittings)
+        self._append({"redo": name, "sitting": self.sittings})
+        return dropped
+
+    def _set_aside(self, name: str) -> list[dict]:
+        keys = [key for key in self.runs if key.split("/")[0] == name]
+        self.speeds.pop(name, None)
+        for key in keys:
+            self.traces.pop(key, None)
+        return [self.runs.pop(key) for key in keys]
 
     def end_sitting(self, why: str) -> None:
         self._append({"sitting_ended": why, "elapsed_s": self.elapsed_s})
@@ -205,6 +249,22 @@ def restore(db: str) -> bool:
         conn.close()
         return True
     return False
+
+
+def forget(db: str, job_ids: list[str]) -> None:
+    """Removes the jobs ``job_ids`` from the repository ``db`` (every row of theirs, in every table), and keeps it
+    again (:func:`keep`): the tuned runs of a workload run again whole, whose triples no job to come may inherit."""
+    if not job_ids or not restore(db):
+        return
+    marks = ", ".join("?" * len(job_ids))
+    with sqlite3.connect(db) as conn:
+        for (table,) in conn.execute("select name from sqlite_master where type = 'table'").fetchall():
+            columns = {row[1] for row in conn.execute(f"pragma table_info([{table}])")}
+            key = "job_id" if "job_id" in columns else "id" if table == "jobs" else None
+            if key:
+                conn.execute(f"delete from [{table}] where {key} in ({marks})", job_ids)
+    conn.close()
+    keep(db)
 
 
 def kept_copy(db: str) -> str | None:

@@ -11,7 +11,10 @@ unfinished benchmark of the mode in ``--out`` (or starts one), and
 ``--stop-after MINUTES`` starts no run once the sitting has lasted that long,
 then exits with status 75 (the tables are written once every workload is
 done; exit 0). ``make bench-full`` resumes and stops after 150 minutes:
-run it again until it says done.
+run it again until it says done. A sitting may land on another machine:
+full mode checks each workload's speed before a sitting's first run of it,
+and defers a workload whose speed is off its first sitting's
+(``benchmarks/speed.py``; ``--redo NAME`` runs it again whole here).
 
 The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
 examples at the benchmark's sizes: their best fixed setting trains for a
@@ -86,6 +89,7 @@ sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
 import journal  # noqa: E402
+import speed  # noqa: E402
 from figures import curve, draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
@@ -101,7 +105,8 @@ MODES = {
     "smoke": {"fixed": 1, "seeds": 1, "cap": 10, "checkpoint": False, "start": False, "workloads": "logr"},
     "quick": {"fixed": 4, "seeds": 2, "cap": 3, "checkpoint": False, "start": True,
               "workloads": "logr,cnn,mlp,paper-sim"},
-    "full": {"fixed": 30, "seeds": 5, "cap": 10, "checkpoint": True, "start": True,
+    # full mode runs in sittings, which may land on other machines: each checks a workload's speed first (speed.py)
+    "full": {"fixed": 30, "seeds": 5, "cap": 10, "checkpoint": True, "start": True, "speed_check": True,
              "workloads": "logr,svm,cnn,mlp,paper-sim"},
 }
 WORKLOADS = tuple(workloads.SIZED)
@@ -194,13 +199,20 @@ class _Stop(Exception):
     """No run starts: the sitting has lasted ``--stop-after``."""
 
 
+class _Deferred(Exception):
+    """No run of this workload starts in this sitting: its speed check says this is another machine (:mod:`speed`)."""
+
+
 class Kept:
     """Each run's row: from the journal when an earlier sitting finished it, else run now and recorded there.
 
-    ``stop_after_s``: no run starts once this sitting has lasted that long (every sitting runs one at least)."""
+    ``stop_after_s``: no run starts once this sitting has lasted that long (every sitting runs one at least).
+    ``check``: a workload's speed check (:func:`speed.measure` by name), run before this sitting's first run of
+    it; a check off the workload's first defers the workload (:class:`_Deferred`)."""
 
-    def __init__(self, book: journal.Journal, log, stop_after_s: float | None = None):
+    def __init__(self, book: journal.Journal, log, stop_after_s: float | None = None, check=None):
         self.book, self.log, self.stop_after_s, self.ran = book, log, stop_after_s, 0
+        self.check, self.checked = check, set()
 
     def __call__(self, key: str, make_row, keeps: str | None = None, run: bool = True):
         """The row of run ``key``; ``make_row()`` runs it. ``keeps``: a repository the run wrote to that later
@@ -214,6 +226,8 @@ class Kept:
             return row
         if run and self.stop_after_s is not None and self.ran and self.book.sitting_s >= self.stop_after_s:
             raise _Stop
+        if run and self.check:
+            self._check(key.split("/")[0])
         row = make_row()
         if run:
             self.ran += 1
@@ -221,6 +235,24 @@ class Kept:
         if keeps:
             journal.keep(keeps)
         return row
+
+    def _check(self, name: str) -> None:
+        if name in self.checked:
+            return
+        self.checked.add(name)
+        try:
+            measured = self.check(name)
+        except Exception as e:  # a check that fails checks nothing; the runs, if they fail too, say why
+            self.log(f"    no speed check of {name}: {type(e).__name__}: {e}")
+            return
+        reference = self.book.reference_speed(name)
+        why = speed.verdict(name, reference, measured)
+        self.book.record_speed(name, measured, deferred=why is not None)
+        self.log(f"    speed      {1e3 * measured['time_per_iteration_s']:7.3f} ms/it  {name}"
+                 + (f", {measured['time_per_iteration_s'] / reference['time_per_iteration_s']:.2f}x sitting "
+                    f"{reference['sitting']}'s" if reference else ", the reference"))
+        if why:
+            raise _Deferred(why)
 
 
 def _every_time(key, make_row, keeps=None, run=True):
@@ -364,6 +396,27 @@ def _sittings(result: dict) -> str:
             f"{'; the code changed between sittings' if len(revisions) > 1 else ''}{lost})")
 
 
+def _speed_checks(result: dict) -> list[str]:
+    """The sittings' speed checks (:mod:`speed`), a line per workload: each machine a workload ran on measured as
+    one; and the workloads run again whole (``--redo``)."""
+    lines = []
+    for name, checks in (result.get("speeds") or {}).items():
+        first = next((c for c in checks if not c.get("deferred")), None)
+        cells = [f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
+                 + (f" ({c['time_per_iteration_s'] / first['time_per_iteration_s']:.2f}x"
+                    + (", deferred)" if c.get("deferred") else ")") if first and c is not first else "")
+                 for c in checks]
+        lines.append(f"- {name}: {', '.join(cells)}")
+    for name, sittings in (result.get("redone") or {}).items():
+        lines.append(f"- {name} ran again whole from sitting {sittings[-1]} on (`--redo`): its earlier runs are "
+                     "set aside")
+    if not lines:
+        return []
+    return [f"Speed checks (each sitting, before its first run of a workload: the default setting at seed 0 for "
+            f"{speed.CHECK_S:.0f} s, time per iteration; a workload more than {speed.TOLERANCE:g}x off its first "
+            "check waits for a machine like it):", "", *lines, ""]
+
+
 def _fmt(x, spec=".1f"):
     return "-" if x is None else format(x, spec)
 
@@ -378,6 +431,7 @@ def markdown(result: dict) -> str:
              f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {result['cap_factor']}x the "
              "median tuned completion time and then counts at the cap. Completion times include everything the "
              "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
+             *_speed_checks(result),
              "## Completion time (Fig. 5) and ratios", "",
              "| workload | worst s | average s | best s | tfonline s (runs) | avg / tfonline | worst / tfonline | "
              "tfonline / best | capped | start-up s (fixed; tfonline) | paper |",
@@ -457,7 +511,7 @@ def markdown(result: dict) -> str:
 def _write(result: dict, stem: str, book: journal.Journal) -> None:
     """Writes the JSON and the tables after every workload: a long run keeps what it has."""
     result["wall_s"], result["sittings"], result["revisions"] = book.elapsed_s, book.sittings, book.revisions
-    result["lost"] = book.lost
+    result["lost"], result["speeds"], result["redone"] = book.lost, book.speeds, book.redone
     with open(stem + ".json", "w") as f:
         json.dump(result, f, indent=2)
     with open(stem + ".md", "w") as f:
@@ -577,7 +631,17 @@ def _runs(n: int) -> str:
     return f"{n} run" if n == 1 else f"{n} runs"
 
 
-def main(argv=None) -> int:
+def _machine() -> dict:
+    import tensorflow as tf
+
+    memory_gib = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30)
+    return {"cores": os.cpu_count(), "memory_gib": memory_gib,
+            "platform": platform.platform(), "python": platform.python_version(), "tensorflow": tf.__version__,
+            "nodes": default_node_count()}
+
+
+def _arguments(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    """The command line, checked: ``args.workloads`` and ``args.redo`` become lists of names."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", choices=sorted(MODES), default="quick")
     parser.add_argument("--workloads", help="comma-separated (default: by mode)")
@@ -591,69 +655,101 @@ def main(argv=None) -> int:
                              "the tuned runs still to come inherit nothing from the kept ones")
     parser.add_argument("--stop-after", type=float, metavar="MINUTES",
                         help="start no run once this sitting has lasted MINUTES; exit 75 if not done")
+    parser.add_argument("--redo", metavar="WORKLOADS",
+                        help="with --resume: run these workloads (comma-separated) again whole, on this machine: "
+                             "their kept runs are set aside (a workload its speed check deferred, say)")
     args = parser.parse_args(argv)
-    names = [n.strip() for n in (args.workloads or MODES[args.mode]["workloads"]).split(",") if n.strip()]
-    unknown = [n for n in names if n not in WORKLOADS and n not in SIMULATED]
+    args.workloads = [n.strip() for n in (args.workloads or MODES[args.mode]["workloads"]).split(",") if n.strip()]
+    unknown = [n for n in args.workloads if n not in WORKLOADS and n not in SIMULATED]
     if unknown:
         parser.error(f"--workloads takes {', '.join([*WORKLOADS, *SIMULATED])}, got {unknown[0]!r}")
     if args.stop_after is not None and not args.stop_after >= 0:
         parser.error(f"--stop-after takes minutes >= 0, got {args.stop_after:g}")
+    args.redo = [n.strip() for n in (args.redo or "").split(",") if n.strip()]
+    if args.redo and not args.resume:
+        parser.error("--redo takes effect with --resume (a new benchmark runs every workload), got no --resume")
+    if any(n not in args.workloads for n in args.redo):
+        parser.error(f"--redo takes workloads of this benchmark ({', '.join(args.workloads)}), "
+                     f"got {next(n for n in args.redo if n not in args.workloads)!r}")
+    return parser, args
+
+
+def _open(parser, args, config: dict) -> tuple[journal.Journal, str, str | None]:
+    """This sitting's journal, its stem, and the tuned runs' repository it went on without (``--accept-lost``):
+    the newest unfinished one resumed (``--resume``; ``--redo``'s workloads set aside, the tuned runs' repository
+    restored), else a new one."""
+    resumed = journal.latest_unfinished(args.out, args.mode) if args.resume else None
+    stem = resumed or os.path.join(args.out, f"{time.strftime('%Y-%m-%d')}-{args.mode}")
+    tuned_db = stem + "-tuned.db"
+    if not resumed:
+        for path in (tuned_db, stem + "-fixed.db", *(f"{stem}-{name}.db" for name in SIMULATED)):
+            journal.remove(path)
+        return journal.Journal.start(stem + journal.SUFFIX, config), stem, None
+    try:
+        book = journal.Journal.resume(stem + journal.SUFFIX, config)
+    except journal.JournalError as e:
+        parser.error(str(e))
+    for name in args.redo:  # first: a redone workload's tuned runs need nothing of its kept ones
+        journal.forget(tuned_db, [row["job_id"] for row in book.redo(name) if row.get("job_id")])
+    lost = _lost(book, tuned_db)
+    if lost and not args.accept_lost:
+        parser.error(f"--resume: {lost} is missing; the tuned runs {book.path} keeps left it for those to come "
+                     "(--accept-lost goes on without it, or remove the journal to start afresh)")
+    journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
+    return book, stem, lost
+
+
+def main(argv=None) -> int:
+    parser, args = _arguments(argv)
+    names = args.workloads
     fixed_count = args.fixed or MODES[args.mode]["fixed"]
     seeds = args.seeds or MODES[args.mode]["seeds"]
     os.makedirs(args.out, exist_ok=True)
     config = {"mode": args.mode, "workloads": ",".join(names), "fixed": fixed_count, "seeds": seeds,
               "draw_seed": DRAW_SEED}
-    resumed, lost = journal.latest_unfinished(args.out, args.mode) if args.resume else None, None
-    stem = resumed or os.path.join(args.out, f"{time.strftime('%Y-%m-%d')}-{args.mode}")
+    book, stem, lost = _open(parser, args, config)
     tuned_db, fixed_db = stem + "-tuned.db", stem + "-fixed.db"
-    if resumed:
-        try:
-            book = journal.Journal.resume(stem + journal.SUFFIX, config)
-        except journal.JournalError as e:
-            parser.error(str(e))
-        lost = _lost(book, tuned_db)
-        if lost and not args.accept_lost:
-            parser.error(f"--resume: {lost} is missing; the tuned runs {book.path} keeps left it for those to come "
-                         "(--accept-lost goes on without it, or remove the journal to start afresh)")
-        journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
-    else:
-        for path in (tuned_db, fixed_db, *(f"{stem}-{name}.db" for name in SIMULATED)):
-            journal.remove(path)
-        book = journal.Journal.start(stem + journal.SUFFIX, config)
 
     def log(message):
         print(f"[{book.elapsed_s / 60:5.1f} min] {message}", flush=True)
 
     book.begin_sitting(revision=_revision(), date=time.strftime("%Y-%m-%d %H:%M"), **({"lost": lost} if lost else {}))
-    if resumed:
+    if book.sittings > 1:
         log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept"
-            + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else ""))
-    kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after)
-    import tensorflow as tf
-
-    nodes = default_node_count()
-    space = KnobSpace(nodes, os.cpu_count() or 1)
+            + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else "")
+            + "".join(f"; {name} runs again whole" for name in args.redo))
+    kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after,
+                check=(lambda name: speed.measure(name, args.mode)) if MODES[args.mode].get("speed_check") else None)
+    machine = _machine()
+    space = KnobSpace(machine["nodes"], os.cpu_count() or 1)
     result = {"mode": args.mode, "date": os.path.basename(stem)[:10], "fixed_settings": fixed_count, "seeds": seeds,
-              "workloads": {},
-              "machine": {"cores": os.cpu_count(), "memory_gib": round(os.sysconf("SC_PAGE_SIZE")
-                                                                         * os.sysconf("SC_PHYS_PAGES") / 2**30),
-                          "platform": platform.platform(), "python": platform.python_version(),
-                          "tensorflow": tf.__version__, "nodes": nodes},
-              "paper": PAPER, "cap_factor": MODES[args.mode]["cap"], "draw_seed": DRAW_SEED}
+              "workloads": {}, "machine": machine, "paper": PAPER, "cap_factor": MODES[args.mode]["cap"],
+              "draw_seed": DRAW_SEED}
+    deferred = []
     try:
         for index, name in enumerate(names):
-            if name in SIMULATED:
-                result["workloads"][name] = _simulated(name, seeds, stem, log, kept)
-            else:
-                result["workloads"][name] = _real(name, args.mode, seeds,
-                                                  draw_settings(space, fixed_count, DRAW_SEED + index),
-                                                  tuned_db, fixed_db, log, kept)
+            try:
+                if name in SIMULATED:
+                    result["workloads"][name] = _simulated(name, seeds, stem, log, kept)
+                else:
+                    result["workloads"][name] = _real(name, args.mode, seeds,
+                                                      draw_settings(space, fixed_count, DRAW_SEED + index),
+                                                      tuned_db, fixed_db, log, kept)
+            except _Deferred as e:
+                log(f"{name} deferred: {e}")
+                deferred.append(name)
             _write(result, stem, book)
+        if deferred:
+            raise _Stop("deferred")
     except (_Stop, KeyboardInterrupt) as e:
-        why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped after {args.stop_after:g} min"
+        whys = ["interrupted"] if isinstance(e, KeyboardInterrupt) else [] if str(e) else [
+            f"stopped after {args.stop_after:g} min"]
+        why = "; ".join(whys + ([f"deferred {', '.join(deferred)} (another machine)"] if deferred else []))
         book.end_sitting(why)
         log(f"{why}: {_runs(len(book.runs))} kept in {book.path}; go on with: python benchmarks/paper.py "
-            f"--mode {args.mode} --out {args.out} --resume")
+            f"--mode {args.mode} --out {args.out} --resume"
+            + (f" (on a machine like the deferred workloads' first, or with --redo {','.join(deferred)} to run "
+               "them again whole on this one)" if deferred else ""))
         return UNFINISHED
     result["figures"] = [os.path.basename(p) for p in draw(result, stem)]
     _write(result, stem, book)
