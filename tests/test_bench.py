@@ -381,3 +381,25 @@ def test_a_rating_that_fails_leaves_the_run_kept_without_it(paper, monkeypatch):
     assert paper._table_vi([row["traces"], row["traces"]]) == {
         "runs": 0, "why": "fewer than 2 converged fixed runs", "unrated": 2,
         "unrated_why": paper._table_vi([None])["unrated_why"]}
+
+
+def test_a_sitting_s_revision_is_marked_changed_by_code_not_by_the_benchmark_s_own_results(paper, tmp_path,
+                                                                                          monkeypatch):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "paper.py").write_text("code\n")
+    (tmp_path / "benchmarks" / "results" / "x-runs.jsonl").write_text("{}\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    monkeypatch.setattr(paper, "HERE", str(tmp_path / "benchmarks"))
+    clean = paper._revision()
+    (tmp_path / "benchmarks" / "results" / "x-runs.jsonl").write_text("{}\n{\"redo\": \"svm\"}\n")
+    assert paper._revision() == clean and not clean.endswith("+")
+    (tmp_path / "benchmarks" / "paper.py").write_text("changed\n")
+    assert paper._revision() == clean + "+"
