@@ -341,30 +341,6 @@ def test_a_journal_whose_tuned_repository_is_gone_is_refused_in_one_line_unless_
     assert "sitting 2 went on without 2026-11-28-smoke-tuned.db.kept.sql, lost with the machine before it" in said
 
 
-def test_table_vi_from_the_ratings_each_run_kept_is_the_rating_of_the_runs_together(paper, tmp_path):
-    """Each fixed run is rated when it ends, and the journal keeps it; the workload's Table VI puts the ratings
-    together, as :func:`estimate_quality` rates the runs in one go."""
-    import json
-
-    from test_estimate_quality import _fake_runs
-    from tfonline.estimator._quality import estimate_quality, load_runs
-    from tfonline.repository import Repository
-
-    db = str(tmp_path / "fixed.db")
-    _fake_runs(db, per_iteration_s=(0.02, 0.01, 0.04, 0.03, 0.015), alpha=400.0, seed=3)  # 1,700 steps each
-    traces = json.loads(json.dumps([{"ratings": paper._ratings(db, f"run{i}")} for i in range(5)]))  # as kept
-    table = paper._table_vi(traces + [None])  # and one run kept without ratings
-    assert table["runs"] == 5 and table["unrated"] == 1 and table["segment"] == paper.RANK_SEGMENT
-    runs = load_runs(Repository(db, create=False), "Fake")
-    for name in ("hogwild", "loss-curve"):
-        together = estimate_quality(runs, name, paper.RANK_SEGMENT)
-        assert table[name]["rank"] == together.rank and table[name]["picks"] == together.picks > 10
-        assert table[name]["median_relative_error"] == pytest.approx(
-            {str(k): v for k, v in together.median_relative_error.items()})
-    assert paper._table_vi(traces[:1]) == {"runs": 1, "why": "fewer than 2 converged fixed runs"}
-    assert paper._ratings(db, "failed") == {}  # a run that did not converge is not rated
-
-
 def test_a_rating_that_fails_leaves_the_run_kept_without_it(paper, monkeypatch):
     """A fixed run's ratings are a helper's work: where they fail, the log says so and the run is kept unrated."""
     monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: dict(_row("converged", 20.0), job_id="j1",

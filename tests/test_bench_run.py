@@ -1,5 +1,6 @@
 """The paper-evaluation benchmark end to end: ``benchmarks/paper.py`` on real clusters, at its smallest, and its
-simulated section on a small modelled cluster (no TensorFlow cluster, but seconds of GP fits: not in ``-m fast``)."""
+simulated section on a small modelled cluster, and Table VI from kept ratings (no TensorFlow cluster, but seconds
+of GP and estimator fits: not in ``-m fast``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+
+import pytest
 
 from test_bench import BENCH, paper  # noqa: F401 (paper: the fixture)
 
@@ -109,3 +112,27 @@ def test_a_simulated_workload_fills_the_same_tables(paper, tmp_path, monkeypatch
     text = paper.markdown(result)
     assert "| paper-sim | 0 runs, segments of - it | simulated fixed runs keep no iterations |" in text
     assert " of 6 | -; " in text  # R is the simulation's own; simulated runs have no start-up of their own
+
+
+def test_table_vi_from_the_ratings_each_run_kept_is_the_rating_of_the_runs_together(paper, tmp_path):
+    """Each fixed run is rated when it ends, and the journal keeps it; the workload's Table VI puts the ratings
+    together, as :func:`estimate_quality` rates the runs in one go."""
+    import json
+
+    from test_estimate_quality import _fake_runs
+    from tfonline.estimator._quality import estimate_quality, load_runs
+    from tfonline.repository import Repository
+
+    db = str(tmp_path / "fixed.db")
+    _fake_runs(db, per_iteration_s=(0.02, 0.01, 0.04, 0.03, 0.015), alpha=400.0, seed=3)  # 1,700 steps each
+    traces = json.loads(json.dumps([{"ratings": paper._ratings(db, f"run{i}")} for i in range(5)]))  # as kept
+    table = paper._table_vi(traces + [None])  # and one run kept without ratings
+    assert table["runs"] == 5 and table["unrated"] == 1 and table["segment"] == paper.RANK_SEGMENT
+    runs = load_runs(Repository(db, create=False), "Fake")
+    for name in ("hogwild", "loss-curve"):
+        together = estimate_quality(runs, name, paper.RANK_SEGMENT)
+        assert table[name]["rank"] == together.rank and table[name]["picks"] == together.picks > 10
+        assert table[name]["median_relative_error"] == pytest.approx(
+            {str(k): v for k, v in together.median_relative_error.items()})
+    assert paper._table_vi(traces[:1]) == {"runs": 1, "why": "fewer than 2 converged fixed runs"}
+    assert paper._ratings(db, "failed") == {}  # a run that did not converge is not rated

@@ -20,7 +20,9 @@ from tfonline.tuner import Triple, Tuning, inherit, load_triples
 from tfonline.tuner._gpyopt import GPOptimizer, Observation, _contained
 from tfonline.tuner.convergence import SegmentSlope, slope_columns
 
-pytestmark = pytest.mark.fast  # no cluster: a simulated job, a repository written here
+# No test here starts a cluster (a simulated job, a repository written here); those that fit the GP many times or
+# run simulated jobs (30 s together on a slow machine) are left out of the inner loop's `pytest -m fast`.
+fast = pytest.mark.fast
 
 LOGR = Signature(variables=2, parameter_bytes=16_388, largest_bytes=16_384, partitioned=False, sparse_reads=True,
                  ops=127, madds_per_example=0.0, batch_size=32, example_shapes=((8,), (8,)),
@@ -79,6 +81,7 @@ def _triples(space, count, seed, scale=1.0):
     return [Triple(s, 0.6, scale * sim.seconds_per_iteration(s), 100.0, 1.0) for s in _settings(space, count, seed)]
 
 
+@fast
 def test_a_job_inherits_from_similar_workloads_whatever_their_names_and_nothing_from_others(tmp_path):
     space = sim.space()
     wider = dataclasses.replace(LOGR, parameter_bytes=LOGR.parameter_bytes * 2)  # distance ln 2 = 0.69
@@ -121,6 +124,7 @@ def test_the_inherited_weight_shortens_or_skips_the_random_phase_and_the_budget_
     assert [d.phase for d in sim.SimulatedJob(0).drive(skipped, 3)] == ["online"] * 3
 
 
+@fast
 def test_with_inherited_observations_but_no_estimate_of_its_own_curve_the_job_stays():
     """The CNN sweep's second job hit this (benchmarks/sweep.py, smoke): its random phase skipped, the GP had
     observations, but the estimator could not yet fit the job's own curve; the tuner then raised."""
@@ -135,6 +139,7 @@ def test_with_inherited_observations_but_no_estimate_of_its_own_curve_the_job_st
     assert decision.reason == "no estimate of this job's curve yet: stay"
 
 
+@fast
 def test_slopes_carry_over_from_every_job_inherited(tmp_path):
     """Times and how fast the loss fell carry over from every similar job: another learning rate's slopes
     get a level of their own in the convergence speeds (test_other_jobs_slopes_...)."""
@@ -152,6 +157,7 @@ def test_slopes_carry_over_from_every_job_inherited(tmp_path):
     repo.close()
 
 
+@fast
 def test_a_job_starts_from_the_nearest_earlier_jobs_latest_gp_fit(tmp_path):
     """The GP's hyperparameters carry over too: the nearest job's latest fit that was recorded (a fit costs
     0.6-2.4 s of CPU on a busy machine, 50-120 s of a job at the 2% overhead share); a job run before under
@@ -208,6 +214,7 @@ def test_a_tuner_given_an_earlier_jobs_fit_does_not_fit_the_gp_at_its_first_deci
     assert asked == [False] and decision.gp_fit is None  # the first decision that asked the GP did not fit it
 
 
+@fast
 def test_a_job_given_no_setting_starts_where_the_nearest_earlier_job_that_reached_its_target_ended(tmp_path):
     """A sweep's later job starts on the setting the nearest earlier job's tuner ended on (the best of its
     workers, below), not on TensorFlow's default (one CNN job at a high learning rate lost its network on the
@@ -244,6 +251,7 @@ def test_a_job_given_no_setting_starts_where_the_nearest_earlier_job_that_reache
     repo.close()
 
 
+@fast
 def test_the_start_is_the_fastest_measured_setting_of_the_workers_the_earlier_job_ended_on(tmp_path):
     """An earlier job ended on a slow setting after exploring late: the next job starts on the setting of the
     same workers that it measured fastest per iteration (median of its segments), not on the last, and not on
