@@ -207,8 +207,8 @@ class Kept:
     """Each run's row: from the journal when an earlier sitting finished it, else run now and recorded there.
 
     ``stop_after_s``: no run starts once this sitting has lasted that long (every sitting runs one at least).
-    ``check``: a workload's speed check (:func:`speed.measure` by name), run before this sitting's first run of
-    it; a check off the workload's first defers the workload (:class:`_Deferred`)."""
+    ``check``: a workload's speed check (:func:`speed.measure` by name; None for one that has none), run before this
+    sitting's first run of it; a check off the workload's first defers the workload (:class:`_Deferred`)."""
 
     def __init__(self, book: journal.Journal, log, stop_after_s: float | None = None, check=None):
         self.book, self.log, self.stop_after_s, self.ran = book, log, stop_after_s, 0
@@ -244,6 +244,8 @@ class Kept:
             measured = self.check(name)
         except Exception as e:  # a check that fails checks nothing; the runs, if they fail too, say why
             self.log(f"    no speed check of {name}: {type(e).__name__}: {e}")
+            return
+        if measured is None:  # a workload with no speed to check (a simulated one)
             return
         reference = self.book.reference_speed(name)
         why = speed.verdict(name, reference, measured)
@@ -720,7 +722,8 @@ def main(argv=None) -> int:
             + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else "")
             + "".join(f"; {name} runs again whole" for name in args.redo))
     kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after,
-                check=(lambda name: speed.measure(name, args.mode)) if MODES[args.mode].get("speed_check") else None)
+                check=(lambda name: speed.measure(name, args.mode) if name in WORKLOADS else None)  # not simulated
+                if MODES[args.mode].get("speed_check") else None)
     machine = _machine()
     space = KnobSpace(machine["nodes"], os.cpu_count() or 1)
     result = {"mode": args.mode, "date": os.path.basename(stem)[:10], "fixed_settings": fixed_count, "seeds": seeds,

@@ -87,6 +87,8 @@ def test_a_check_that_fails_checks_nothing_and_the_run_goes_on(journal, paper, t
     assert kept("svm/tuned/0", lambda: {"completion_time_s": 1.0}) == {"completion_time_s": 1.0}
     assert said == ["    no speed check of svm: ValueError: the speed check of svm expected iterations after "
                     "start-up, got 0"]
+    simulated = paper.Kept(book, said.append, check=lambda name: None)  # paper-sim has no speed to check
+    assert simulated("paper-sim/all", lambda: {"workloads": 1}) == {"workloads": 1} and len(said) == 1
     assert book.speeds == {}
 
 
