@@ -19,7 +19,7 @@ journal, and the tables list them.
 
 The tolerance is set from checks on one machine (NOTES.md, forty-first
 session): repeated checks of a workload there differed by at most
-:data:`MEASURED_NOISE`, and the two machines seen so far by 2.5-2.7x.
+:data:`MEASURED_NOISE`, and the two machines seen so far by 2.6-3.9x (by workload and setting).
 """
 
 from __future__ import annotations
