@@ -404,10 +404,12 @@ def _speed_checks(result: dict) -> list[str]:
     lines = []
     for name, checks in (result.get("speeds") or {}).items():
         first = next((c for c in checks if not c.get("deferred")), None)
-        cells = [f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
-                 + (f" ({c['time_per_iteration_s'] / first['time_per_iteration_s']:.2f}x"
-                    + (", deferred)" if c.get("deferred") else ")") if first and c is not first else "")
-                 for c in checks]
+        cells = []
+        for c in checks:
+            ratio = c["time_per_iteration_s"] / first["time_per_iteration_s"] if first and c is not first else None
+            notes = ([] if ratio is None else [f"{ratio:.2f}x"]) + ["deferred"] * bool(c.get("deferred"))
+            cells.append(f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
+                         + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
     for name, sittings in (result.get("redone") or {}).items():
         lines.append(f"- {name} ran again whole from sitting {sittings[-1]} on (`--redo`): its earlier runs are "
@@ -692,14 +694,26 @@ def _open(parser, args, config: dict) -> tuple[journal.Journal, str, str | None]
         book = journal.Journal.resume(stem + journal.SUFFIX, config)
     except journal.JournalError as e:
         parser.error(str(e))
-    for name in args.redo:  # first: a redone workload's tuned runs need nothing of its kept ones
-        journal.forget(tuned_db, [row["job_id"] for row in book.redo(name) if row.get("job_id")])
-    lost = _lost(book, tuned_db)
+    redone = [row["job_id"] for name in args.redo for row in book.redo(name) if row.get("job_id")]
+    lost = _lost(book, tuned_db)  # after the redo: a redone workload's tuned runs need nothing of its kept ones
     if lost and not args.accept_lost:
         parser.error(f"--resume: {lost} is missing; the tuned runs {book.path} keeps left it for those to come "
                      "(--accept-lost goes on without it, or remove the journal to start afresh)")
     journal.restore(tuned_db)  # the tuned runs' repository as the last finished tuned run left it
+    journal.forget(tuned_db, redone)
     return book, stem, lost
+
+
+def _unfinished(book: journal.Journal, log, args, deferred: list[str], why: str | None = None) -> int:
+    """Ends a sitting that left the benchmark unfinished: ``why`` (the time it was given ran out, Ctrl-C), and the
+    workloads its speed checks deferred; says how to go on."""
+    why = "; ".join([why] * bool(why) + [f"deferred {', '.join(deferred)} (another machine)"] * bool(deferred))
+    book.end_sitting(why)
+    log(f"{why}: {_runs(len(book.runs))} kept in {book.path}; go on with: python benchmarks/paper.py "
+        f"--mode {args.mode} --out {args.out} --resume"
+        + (f" (on a machine like the deferred workloads' first, or with --redo {','.join(deferred)} to run "
+           "them again whole on this one)" if deferred else ""))
+    return UNFINISHED
 
 
 def main(argv=None) -> int:
@@ -743,18 +757,11 @@ def main(argv=None) -> int:
                 log(f"{name} deferred: {e}")
                 deferred.append(name)
             _write(result, stem, book)
-        if deferred:
-            raise _Stop("deferred")
     except (_Stop, KeyboardInterrupt) as e:
-        whys = ["interrupted"] if isinstance(e, KeyboardInterrupt) else [] if str(e) else [
-            f"stopped after {args.stop_after:g} min"]
-        why = "; ".join(whys + ([f"deferred {', '.join(deferred)} (another machine)"] if deferred else []))
-        book.end_sitting(why)
-        log(f"{why}: {_runs(len(book.runs))} kept in {book.path}; go on with: python benchmarks/paper.py "
-            f"--mode {args.mode} --out {args.out} --resume"
-            + (f" (on a machine like the deferred workloads' first, or with --redo {','.join(deferred)} to run "
-               "them again whole on this one)" if deferred else ""))
-        return UNFINISHED
+        why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped after {args.stop_after:g} min"
+        return _unfinished(book, log, args, deferred, why)
+    if deferred:
+        return _unfinished(book, log, args, deferred)
     result["figures"] = [os.path.basename(p) for p in draw(result, stem)]
     _write(result, stem, book)
     book.finish()
