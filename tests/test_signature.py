@@ -15,7 +15,8 @@ from tfonline.signature import Signature, distance, signature
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir, "examples"))
 from cnn import CNN  # noqa: E402
 
-pytestmark = pytest.mark.fast  # builds graphs, starts no cluster
+# the marked tests build no graph; the CNN's signature builds its graph (seconds): not in `-m fast`
+fast = pytest.mark.fast
 
 
 def _sig(job, mode="async"):
@@ -51,6 +52,7 @@ def test_a_sweeps_jobs_are_alike_and_another_model_is_not(cnn_signature):
     assert distance(base, _sig(TinyLogR(), mode="sync")) == 1.0  # another mode, all else alike
 
 
+@fast
 def test_the_distance_is_symmetric_and_grows_with_each_difference():
     a = _sig(TinyLogR())
     variants = [dataclasses.replace(a, parameter_bytes=a.parameter_bytes * k) for k in (2, 4, 16)]

@@ -20,7 +20,9 @@ from tfonline.simulator.calibrate import calibrate
 from tfonline.tuner import Tuning
 from tfonline.tuner.manager import OVERHEAD_SHARE
 
-pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
+# the marked tests start no TensorFlow cluster and take well under a second each; the others run a whole
+# simulated tuned job with its GP fits (seconds here): in `make test`, not in the inner loop (`pytest -m fast`)
+fast = pytest.mark.fast
 
 # The simulated job of the repository tests: about 18,000 iterations, room for several online decisions even when
 # the first GP fit takes 1.4 s of CPU (measured, in a fresh process), after which the next segment lasts until the
@@ -31,6 +33,7 @@ QUICK_TUNING = Tuning(initial_iterations=20, random_settings=2, segment_iteratio
                       exploration_budget=None, resume=False)
 
 
+@fast
 def test_the_speed_model_is_optimus_form_plus_threads_crowding_and_xla():
     s = {"ps": 2, "worker": 3, "intra_op_parallelism_threads": 2, "inter_op_parallelism_threads": 1,
          "global_jit_level": "ON_2"}
@@ -46,6 +49,7 @@ def test_the_speed_model_is_optimus_form_plus_threads_crowding_and_xla():
     assert spread["crowding"] == 0.0 and spread["jit:ON_2"] == 1.0
 
 
+@fast
 def test_the_fit_recovers_the_model_that_made_the_times():
     rng = random.Random(3)
     space = small_workload().space()
@@ -61,6 +65,7 @@ def test_the_fit_recovers_the_model_that_made_the_times():
     assert max(errors) < 0.15 and np.median(errors) < 0.05
 
 
+@fast
 def test_bad_models_are_refused_with_what_was_expected():
     with pytest.raises(ConfigurationError, match=r"theta must be 9 numbers >= 0 \(base, w/p, .*\), got \[1.0\]"):
         SpeedModel([1.0], hosts=1, cores=2)
@@ -70,6 +75,7 @@ def test_bad_models_are_refused_with_what_was_expected():
         SpeedModel.fit([({}, 1.0)], hosts=1, cores=2)
 
 
+@fast
 def test_the_loss_curve_has_staleness_and_its_inverse():
     curve = LossCurve(b0=1 / 100, b1=2.0, b2=0.3, staleness=0.1)
     assert curve.loss(curve.progress_to(0.4)) == pytest.approx(0.4)
@@ -80,6 +86,7 @@ def test_the_loss_curve_has_staleness_and_its_inverse():
     assert curve.progress_per_iteration(four, sync=True) == pytest.approx(2.5)  # a larger batch
 
 
+@fast
 def test_staleness_can_grow_as_the_loss_nears_its_floor_and_fixed_runs_follow_it():
     """staleness·(1 + growth·f), f the share of the way to the floor covered: 4 workers lose progress per
     iteration along the job, 1 worker does not; a fixed run's iterations to the target count it."""
@@ -185,6 +192,7 @@ def _as_real_runs(db: str) -> None:
     conn.close()
 
 
+@fast
 def test_the_calibration_recovers_the_model_and_reports_its_held_out_error(tmp_path, capsys):
     db = str(tmp_path / "fixed.db")
     repo = Repository(db)
@@ -224,6 +232,7 @@ def _model_json(**changes) -> dict:
     return Calibration(small_workload(**changes), [], []).to_dict()
 
 
+@fast
 def test_command_errors_are_one_line(tmp_path, capsys):
     """The first through the command itself (a process of its own); the others through its ``main``, which
     prints them (a process each took 1 s)."""
@@ -280,6 +289,7 @@ def test_the_simulator_does_not_import_tensorflow(tmp_path):
     assert "converged" in out.stdout
 
 
+@fast
 def test_a_synchronous_job_records_one_iteration_per_step_of_all_workers(tmp_path):
     db = str(tmp_path / "sync.db")
     repo = Repository(db)
@@ -307,6 +317,7 @@ def _window_spread(db: str, seconds: float) -> tuple[float, float]:
     return float(np.std(means, ddof=1) / np.mean(means)), float(np.median(own))
 
 
+@fast
 def test_a_machine_that_drifts_makes_one_settings_stretches_differ_beyond_their_own_noise(tmp_path):
     """Workload.drift: a slowdown of mean 1, redrawn every drift_period_s; none by default."""
     spreads = {}
