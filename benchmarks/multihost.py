@@ -35,7 +35,8 @@ sys.path.insert(0, os.path.join(HERE, os.pardir, "tests"))
 
 import workloads  # noqa: E402
 from hosts import Hosts  # noqa: E402
-from paper import DRAW_SEED, draw_settings, job_row  # noqa: E402
+from paper import DRAW_SEED, draw_settings  # noqa: E402
+from rows import job_row  # noqa: E402
 
 from tfonline.setting import short_form  # noqa: E402
 from tfonline.tuner.space import KnobSpace  # noqa: E402

@@ -90,6 +90,7 @@ sys.path.insert(0, HERE)
 import workloads  # noqa: E402
 import journal  # noqa: E402
 import speed  # noqa: E402
+from rows import job_row  # noqa: E402
 from figures import curve, draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
@@ -124,31 +125,6 @@ RANK_SEGMENT = 60  # iterations per segment for the estimator rank (the shortest
 UNFINISHED = 75  # the exit status of a sitting that stopped before the benchmark was done (EX_TEMPFAIL)
 PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best": "1.3-2.3x slower",
          "odmr_vs_checkpoint": "3.8-7.6x cheaper per reconfiguration", "estimator_rank": "2.0-3.3 of 100"}
-
-
-def job_row(db: str, job_id: str) -> dict:
-    """A job's figures from its repository (the sweep benchmark's rows too)."""
-    repo = Repository(db, create=False)
-    try:
-        job = repo.jobs(job_id)[0]
-        first_last = next(repo.rows("select min(wall_time) as a, max(wall_time) as b, count(*) as n, "
-                                    "(select short from settings s join iterations j on j.setting_id = s.id "
-                                    " where j.job_id = ? group by s.id order by count(*) desc limit 1) as most "
-                                    "from iterations where job_id = ?", (job_id, job_id)))
-        moves = list(repo.rows("select technique, cost_s from reconfigurations where job_id = ?", (job_id,)))
-    finally:
-        repo.db.conn.close()
-    n = first_last["n"]
-    return {
-        "job_id": job_id, "status": job["status"], "completion_time_s": job["completion_time_s"],
-        "startup_s": None if job["first_iteration_at"] is None else job["first_iteration_at"] - job["started_at"],
-        "iterations": job["iterations"],
-        "time_per_iteration_s": (first_last["b"] - first_last["a"]) / (n - 1) if n and n > 1 else None,
-        "final_loss": job["final_loss"], "most_used_setting": first_last["most"],
-        "reconfigurations": len(moves), "reconfiguration_cost_s": sum(m["cost_s"] or 0.0 for m in moves),
-        "tuning_overhead_s": job["tuning_overhead_s"],
-        "reconfiguration_costs_s": [m["cost_s"] for m in moves if m["cost_s"] is not None],
-    }
 
 
 def _run(job, db: str, log, **kwargs) -> dict:

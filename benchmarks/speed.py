@@ -28,6 +28,7 @@ import os
 import tempfile
 
 import workloads
+from rows import job_row
 
 CHECK_S = 60.0  # the check's wall time, start-up included
 MEASURED_NOISE = 0.07  # the largest relative difference between checks of a workload on one machine, rounded up
@@ -37,8 +38,6 @@ TOLERANCE = 1.25  # a check this many times slower or faster than the reference 
 def measure(name: str, mode: str) -> dict:
     """The speed check of workload ``name`` at ``mode``'s size, on this machine: the default setting at seed 0
     for :data:`CHECK_S` seconds; its time per iteration after start-up, and its iterations."""
-    from paper import job_row
-
     job = workloads.job(name, mode)
     job.max_seconds = CHECK_S
     with tempfile.TemporaryDirectory(prefix="tfonline-speed-") as scratch:

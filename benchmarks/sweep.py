@@ -34,7 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import workloads  # noqa: E402
-from paper import DRAW_SEED, draw_settings, job_row  # noqa: E402
+from paper import DRAW_SEED, draw_settings  # noqa: E402
+from rows import job_row  # noqa: E402
 
 import tfonline  # noqa: E402
 from tfonline.cluster import LocalCluster, default_node_count  # noqa: E402
