@@ -20,7 +20,7 @@ from tfonline.simulator.calibrate import calibrate
 from tfonline.tuner import Tuning
 from tfonline.tuner.manager import OVERHEAD_SHARE
 
-# the marked tests start no TensorFlow cluster and take well under a second each; the others run a whole
+# the marked tests start no TensorFlow cluster and take at most about 2 s each; the others run a whole
 # simulated tuned job with its GP fits (seconds here): in `make test`, not in the inner loop (`pytest -m fast`)
 fast = pytest.mark.fast
 
