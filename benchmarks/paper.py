@@ -383,7 +383,9 @@ def _speed_checks(result: dict) -> list[str]:
         cells = []
         for c in checks:
             ratio = c["time_per_iteration_s"] / first["time_per_iteration_s"] if first and c is not first else None
-            notes = ([] if ratio is None else [f"{ratio:.2f}x"]) + ["deferred"] * bool(c.get("deferred"))
+            notes = [] if ratio is None else [f"{ratio:.2f}x"]
+            if c.get("deferred"):
+                notes.append("deferred")
             cells.append(f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
                          + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
@@ -683,7 +685,10 @@ def _open(parser, args, config: dict) -> tuple[journal.Journal, str, str | None]
 def _unfinished(book: journal.Journal, log, args, deferred: list[str], why: str | None = None) -> int:
     """Ends a sitting that left the benchmark unfinished: ``why`` (the time it was given ran out, Ctrl-C), and the
     workloads its speed checks deferred; says how to go on."""
-    why = "; ".join([why] * bool(why) + [f"deferred {', '.join(deferred)} (another machine)"] * bool(deferred))
+    whys = [why] if why else []
+    if deferred:
+        whys.append(f"deferred {', '.join(deferred)} (another machine)")
+    why = "; ".join(whys)
     book.end_sitting(why)
     log(f"{why}: {_runs(len(book.runs))} kept in {book.path}; go on with: python benchmarks/paper.py "
         f"--mode {args.mode} --out {args.out} --resume"

@@ -7,7 +7,7 @@ from tfonline.repository import Repository
 
 
 def job_row(db: str, job_id: str) -> dict:
-    """A job's figures from its repository (the sweep benchmark's rows too)."""
+    """Job ``job_id``'s figures from its repository ``db``."""
     repo = Repository(db, create=False)
     try:
         job = repo.jobs(job_id)[0]
