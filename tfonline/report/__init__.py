@@ -45,7 +45,7 @@ JSON_SCHEMA = {
     "decisions": "[{step, phase, applied, candidate, loss, expected_improvement_s, cost_s, reason}]",
     "tuning_overhead_s": "float | null", "tuning_overhead_fraction": "float | null",
     "eta_accuracy": "[{fraction, step, estimator, estimated_remaining_s, actual_remaining_s, error}] "
-                    "(empty unless the job converged with estimates)",
+                    "(empty unless the job converged with estimates; none for a fraction before the first)",
     "signature": "{variables, parameter_bytes, largest_bytes, partitioned, sparse_reads, ops, madds_per_example, "
                  "batch_size, example_shapes, optimizer, mode} | null: the workload (tfonline.signature)",
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
@@ -366,12 +366,19 @@ def _tuning_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def eta_unmeasured(r: dict[str, Any]) -> list[float]:
+    """The fractions of a converged job's training time with no estimate before them (the first came later)."""
+    measured = {e["fraction"] for e in r["eta_accuracy"]}
+    return [f for f in ETA_FRACTIONS if f not in measured]
+
+
 def _eta_lines(r: dict[str, Any]) -> list[str]:
     if not r["eta_accuracy"]:
         if r["status"] == "converged":
             return ["  ETA accuracy:    - (no estimate recorded)"]
         return ["  ETA accuracy:    - (the job did not converge, so its remaining time is unknown)"]
     lines = ["  ETA accuracy:    (estimated vs actual remaining time)"]
+    lines += [f"    at {100 * f:.0f}%: no estimate yet" for f in eta_unmeasured(r)]
     for e in r["eta_accuracy"]:
         lines.append(f"    at {100 * e['fraction']:.0f}% (step {e['step']}): {e['estimated_remaining_s']:.1f} s vs "
                      f"{e['actual_remaining_s']:.1f} s ({_fmt(e['error'] and 100 * e['error'], '+.0f')}%, "

@@ -7,7 +7,7 @@ import html
 import tempfile
 from typing import Any
 
-from tfonline.report import STATUS_WORDS, _fmt, compare_text
+from tfonline.report import STATUS_WORDS, _fmt, compare_text, eta_unmeasured
 from tfonline.report.plots import PLOTS, draw
 from tfonline.repository import Repository
 
@@ -121,9 +121,10 @@ def _history(r: dict[str, Any]) -> list[str]:
     if r["eta_accuracy"]:
         parts.append(_table(
             ["at", "step", "estimated remaining s", "actual remaining s", "error", "estimator"],
-            [[f"{100 * e['fraction']:.0f}%", e["step"], f"{e['estimated_remaining_s']:.1f}",
-              f"{e['actual_remaining_s']:.1f}", _fmt(e["error"] and 100 * e["error"], "+.0f") + "%", e["estimator"]]
-             for e in r["eta_accuracy"]], left={5}))
+            [[f"{100 * f:.0f}%", "-", "no estimate yet", "", "", ""] for f in eta_unmeasured(r)]
+            + [[f"{100 * e['fraction']:.0f}%", e["step"], f"{e['estimated_remaining_s']:.1f}",
+                f"{e['actual_remaining_s']:.1f}", _fmt(e["error"] and 100 * e["error"], "+.0f") + "%", e["estimator"]]
+               for e in r["eta_accuracy"]], left={5}))
     else:
         parts.append("<p class='muted'>No estimate to check: the job did not converge, or recorded none.</p>")
     return parts
