@@ -1,0 +1,65 @@
+"""How often does a long, noisy, CNN-like simulated job switch? The tuner's online switches, counted.
+
+    python benchmarks/experiments/switches.py DRIFT SEEDS [LOSS_NOISE]   # e.g. 0.1 0,1,2: about 25 s a seed
+
+The full benchmark's first CNN run on the slower machine switched 147 times in 1,610 s (NOTES.md, forty-third
+session). This job is of that kind: 4 nodes on one 2-core host, about 0.06 s per one-worker step with thread
+pools, graph options and XLA mattering a little (XLA compiles 5-10 s), about 20,000 iterations to the target,
+each loss scattered by LOSS_NOISE (default 0.3), each iteration's time by 10%, and the machine's drift (a
+slowdown of mean 1 and relative deviation DRIFT, redrawn every 10 s). Each tuned run, from the default, prints
+its time, iterations, switches and their cost, and its online switches by reason; then the default's fixed run
+and 30 random fixed settings' best, average and worst, computed.
+"""
+
+import collections
+import os
+import random
+import sys
+import tempfile
+import time
+
+from tfonline.repository import Repository
+from tfonline.simulator import LossCurve, Simulation, SpeedModel, Workload
+from tfonline.simulator.run import fixed_runs
+from tfonline.tuner import Tuning
+
+
+def workload(drift: float, loss_noise: float) -> Workload:
+    speed = SpeedModel([0.045, 0.004, 0.008, 0.004, 0.004, 0.002, 0.02, 0.006, 0.01], hosts=1, cores=2,
+                       compile_s={"ON_1": 5.0, "ON_2": 10.0})
+    curve = LossCurve(b0=1 / 2000, b1=2.0, b2=0.0, staleness=0.2, noise=loss_noise)
+    return Workload("CNNish", 4, speed, curve, target_loss=0.074, model_bytes=1e6, start_s=8.0, time_noise=0.1,
+                    drift=drift, drift_period_s=10.0)
+
+
+def tuned(w: Workload, repo: Repository, seed: int) -> str:
+    began = time.perf_counter()
+    sim = Simulation(w, repo, w.default_setting(), seed=seed, tuning=Tuning(min_segment_s=2.0, resume=False))
+    status, _ = sim.run()
+    online = collections.Counter(
+        r["reason"].split(":")[0] for r in repo.db.query(
+            "select reason from decisions where job_id = ? and applied and phase = 'online'", [sim.job_id]))
+    moves = next(repo.db.query("select count(*) n, total(cost_s) s from reconfigurations where job_id = ?",
+                               [sim.job_id]))
+    return (f"seed {seed}: {status} in {sim.clock.now - sim.started_at:.0f} s, {sim.state.step} iterations, "
+            f"{moves['n']} switches costing {moves['s']:.0f} s; online {sum(online.values())}: "
+            f"{dict(online.most_common())} ({time.perf_counter() - began:.0f} s real)")
+
+
+def main(drift: float, seeds: list[int], loss_noise: float = 0.3) -> None:
+    w = workload(drift, loss_noise)
+    repo = Repository(os.path.join(tempfile.mkdtemp(prefix="switches-"), "runs.db"))
+    try:
+        for seed in seeds:
+            print(tuned(w, repo, seed), flush=True)
+    finally:
+        repo.close()
+    default = fixed_runs(w, [w.default_setting()], seed=seeds[0])[0]
+    space, rng = w.space(), random.Random(0)
+    times = sorted(f.completion_s for f in fixed_runs(w, [space.sample(rng) for _ in range(30)], seed=seeds[0]))
+    print(f"default fixed {default.completion_s:.0f} s ({default.iterations} iterations); 30 random fixed: best "
+          f"{times[0]:.0f}, average {sum(times) / len(times):.0f}, worst {times[-1]:.0f} s")
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]), [int(s) for s in sys.argv[2].split(",")], *(float(a) for a in sys.argv[3:4]))
