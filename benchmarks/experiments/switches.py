@@ -7,7 +7,7 @@ session). This job is of that kind: 4 nodes on one 2-core host, about 0.06 s per
 pools, graph options and XLA mattering a little (XLA compiles 5-10 s), about 20,000 iterations to the target,
 each loss scattered by LOSS_NOISE (default 0.3), each iteration's time by 10%, and the machine's drift (a
 slowdown of mean 1 and relative deviation DRIFT, redrawn every 10 s). Each tuned run, from the default, prints
-its time, iterations, switches and their cost, and its online switches by reason; then the default's fixed run
+its time, iterations, switches and their cost, the GP's hyperparameter fits, and its online switches by reason; then the default's fixed run
 and 30 random fixed settings' best, average and worst, computed.
 """
 
@@ -41,8 +41,9 @@ def tuned(w: Workload, repo: Repository, seed: int) -> str:
             "select reason from decisions where job_id = ? and applied and phase = 'online'", [sim.job_id]))
     moves = next(repo.db.query("select count(*) n, total(cost_s) s from reconfigurations where job_id = ?",
                                [sim.job_id]))
+    fits = next(repo.db.query("select count(*) n from gp_fits where job_id = ?", [sim.job_id]))["n"]
     return (f"seed {seed}: {status} in {sim.clock.now - sim.started_at:.0f} s, {sim.state.step} iterations, "
-            f"{moves['n']} switches costing {moves['s']:.0f} s; online {sum(online.values())}: "
+            f"{moves['n']} switches costing {moves['s']:.0f} s, {fits} GP fits; online {sum(online.values())}: "
             f"{dict(online.most_common())} ({time.perf_counter() - began:.0f} s real)")
 
 
