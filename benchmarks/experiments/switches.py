@@ -6,22 +6,20 @@ The full benchmark's first CNN run on the slower machine switched 147 times in 1
 session). This job is of that kind: 4 nodes on one 2-core host, about 0.06 s per one-worker step with thread
 pools, graph options and XLA mattering a little (XLA compiles 5-10 s), about 20,000 iterations to the target,
 each loss scattered by LOSS_NOISE (default 0.3), each iteration's time by 10%, and the machine's drift (a
-slowdown of mean 1 and relative deviation DRIFT, redrawn every 10 s). Each tuned run, from the default, prints
-its time, iterations, switches and their cost, the GP's hyperparameter fits, and its online switches by reason; then the default's fixed run
-and 30 random fixed settings' best, average and worst, computed.
+slowdown of mean 1 and relative deviation DRIFT, redrawn every 10 s). The comparison is
+:func:`tfonline.simulator.evaluate.evaluate`'s (30 random fixed settings, the default fixed, a tuned run from the
+default at each seed); each tuned run prints its time, iterations, switches and their cost, the GP's
+hyperparameter fits, and its online switches by reason; then the fixed runs' figures.
 """
 
 import collections
 import os
-import random
 import sys
 import tempfile
-import time
 
 from tfonline.repository import Repository
-from tfonline.simulator import LossCurve, Simulation, SpeedModel, Workload
-from tfonline.simulator.run import fixed_runs
-from tfonline.tuner import Tuning
+from tfonline.simulator import LossCurve, SpeedModel, Workload
+from tfonline.simulator.evaluate import evaluate
 
 
 def workload(drift: float, loss_noise: float) -> Workload:
@@ -32,34 +30,29 @@ def workload(drift: float, loss_noise: float) -> Workload:
                     drift=drift, drift_period_s=10.0)
 
 
-def tuned(w: Workload, repo: Repository, seed: int) -> str:
-    began = time.perf_counter()
-    sim = Simulation(w, repo, w.default_setting(), seed=seed, tuning=Tuning(min_segment_s=2.0, resume=False))
-    status, _ = sim.run()
-    online = collections.Counter(
-        r["reason"].split(":")[0] for r in repo.db.query(
-            "select reason from decisions where job_id = ? and applied and phase = 'online'", [sim.job_id]))
-    moves = next(repo.db.query("select count(*) n, total(cost_s) s from reconfigurations where job_id = ?",
-                               [sim.job_id]))
-    fits = next(repo.db.query("select count(*) n from gp_fits where job_id = ?", [sim.job_id]))["n"]
-    return (f"seed {seed}: {status} in {sim.clock.now - sim.started_at:.0f} s, {sim.state.step} iterations, "
+def switches(repo: Repository, run: dict) -> str:
+    """One tuned run of :func:`evaluate`'s result, with its switches read from the repository."""
+    job = run["job_id"]
+    online = collections.Counter(r["reason"].split(":")[0] for r in repo.db.query(
+        "select reason from decisions where job_id = ? and applied and phase = 'online'", [job]))
+    moves = next(repo.db.query("select count(*) n, total(cost_s) s from reconfigurations where job_id = ?", [job]))
+    fits = next(repo.db.query("select count(*) n from gp_fits where job_id = ?", [job]))["n"]
+    return (f"seed {run['seed']}: {run['status']} in {run['completion_s']:.0f} s, {run['iterations']} iterations, "
             f"{moves['n']} switches costing {moves['s']:.0f} s, {fits} GP fits; online {sum(online.values())}: "
-            f"{dict(online.most_common())} ({time.perf_counter() - began:.0f} s real)")
+            f"{dict(online.most_common())} ({run['real_s']:.0f} s real)")
 
 
 def main(drift: float, seeds: list[int], loss_noise: float = 0.3) -> None:
-    w = workload(drift, loss_noise)
-    repo = Repository(os.path.join(tempfile.mkdtemp(prefix="switches-"), "runs.db"))
+    db = os.path.join(tempfile.mkdtemp(prefix="switches-"), "runs.db")
+    result = evaluate(workload(drift, loss_noise), db, random_settings=30, seeds=seeds)
+    repo = Repository(db, create=False)
     try:
-        for seed in seeds:
-            print(tuned(w, repo, seed), flush=True)
+        for run in result["tuned"]:
+            print(switches(repo, run))
     finally:
         repo.close()
-    default = fixed_runs(w, [w.default_setting()], seed=seeds[0])[0]
-    space, rng = w.space(), random.Random(0)
-    times = sorted(f.completion_s for f in fixed_runs(w, [space.sample(rng) for _ in range(30)], seed=seeds[0]))
-    print(f"default fixed {default.completion_s:.0f} s ({default.iterations} iterations); 30 random fixed: best "
-          f"{times[0]:.0f}, average {sum(times) / len(times):.0f}, worst {times[-1]:.0f} s")
+    print(f"default fixed {result['default_s']:.0f} s; 30 random fixed: best {result['best_s']:.0f}, average "
+          f"{result['average_s']:.0f}, worst {result['worst_s']:.0f} s")
 
 
 if __name__ == "__main__":
