@@ -76,6 +76,8 @@ class ExplorationBudget:
 # What a decision that fits the GP is taken to cost before one has: about what the first fits cost on the
 # benchmark's LogR jobs and at the paper's scale, simulated (0.5-1 s of CPU).
 FIRST_FIT_S = 0.5
+# A refit is wanted once the observations have grown this many times since the latest fit.
+REFIT_GROWTH = 1.5
 
 
 class OverheadBudget:
@@ -87,25 +89,42 @@ class OverheadBudget:
     for conditioning the GP and maximising EI), so a decision refits them
     only when the share pays for it (:meth:`refit_due`), and a segment lasts
     until the tuner's time so far is back within the share
-    (:meth:`segment_seconds`).
+    (:meth:`segment_seconds`). As the decisions that take the latest fit
+    spend the slack their segments make, a segment also holds back a fit's
+    cost once the observations have grown :data:`REFIT_GROWTH` times since
+    that fit (:meth:`refit_wanted`).
     """
 
     def __init__(self, share: float | None):
         self.share = share
         self.spent_s = 0.0
         self.fit_cost_s: float | None = None  # the CPU time of the latest decision that fitted the GP
+        self.fitted_observations: int | None = None  # the observations the latest fit saw
+        self.reserve_s = 0.0  # what the next segment holds back for a refit (refit_wanted)
 
-    def decided(self, overhead_s: float, refitted: bool) -> None:
-        """A decision took ``overhead_s`` of CPU; ``refitted``: it fitted the GP's hyperparameters."""
+    def decided(self, overhead_s: float, refitted: bool, observations: int | None = None) -> None:
+        """A decision took ``overhead_s`` of CPU; ``refitted``: it fitted the GP's hyperparameters, on
+        ``observations``. The next segment then holds back a fit's cost when one is wanted
+        (:meth:`refit_wanted`)."""
         self.spent_s += overhead_s
         if refitted:
-            self.fit_cost_s = overhead_s
+            self.fit_cost_s, self.fitted_observations = overhead_s, observations
+        wanted = observations is not None and self.refit_wanted(observations)
+        self.reserve_s = self.fit_cost_s if wanted and self.fit_cost_s is not None else 0.0
+
+    def refit_wanted(self, observations: int) -> bool:
+        """Whether the observations have grown :data:`REFIT_GROWTH` times since the latest fit. Without a
+        reserve the share never pays for a refit: each decision that takes the latest fit spends the slack its
+        segment made, and a tuned CNN job took its one fit, of 6 observations, for 179 decisions (NOTES.md,
+        forty-third session)."""
+        return self.fitted_observations is not None and observations >= REFIT_GROWTH * self.fitted_observations
 
     def segment_seconds(self, least_s: float, elapsed_s: float, pending_s: float = 0.0) -> float:
         """How long the segment that begins after a decision at ``elapsed_s`` lasts at least: ``least_s``, and
-        until the tuner's time so far (and ``pending_s``, the CPU of a decision still being taken) is within
-        the share of the job's."""
-        return least_s if self.share is None else max(least_s, (self.spent_s + pending_s) / self.share - elapsed_s)
+        until the tuner's time so far (and ``pending_s``, the CPU of a decision still being taken, and the
+        reserve for a refit once one is wanted) is within the share of the job's."""
+        return least_s if self.share is None else max(
+            least_s, (self.spent_s + pending_s + self.reserve_s) / self.share - elapsed_s)
 
     def affords_fit(self, elapsed_s: float) -> bool:
         """Whether the share of the job so far pays for the tuner's time so far and one more decision that fits

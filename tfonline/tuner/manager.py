@@ -287,7 +287,7 @@ class TuningManager:
         decision = self._decide(run)
         decision = replace(decision, overhead_s=time.thread_time() - self._started,
                            plan=plan(self.space.knobs, decision.current, decision.candidate, self.technique))
-        self.overhead.decided(decision.overhead_s, self._refitted)
+        self.overhead.decided(decision.overhead_s, self._refitted, len(self.history.observations()))
         if self._refitted and self.optimizer.latest_fit is not None:
             decision = replace(decision, gp_fit=GPFit(*self.optimizer.latest_fit, decision.overhead_s))
         self.decisions += 1
