@@ -807,14 +807,22 @@ def test_decisions_refit_the_gp_as_often_as_the_overhead_share_pays_for():
     assert priced >= 1 and held >= 1 and refits.count(True) >= 2 and refits.count(False) >= 2, (priced, held, refits)
 
 
-def test_a_job_whose_decisions_spend_its_overhead_share_still_refits_as_its_observations_grow():
+@pytest.mark.parametrize("inherits", [False, True])
+def test_a_job_whose_decisions_spend_its_overhead_share_still_refits_as_its_observations_grow(inherits):
     """Each decision takes 0.2 s of CPU without a fit (on the CNN benchmark, conditioning the GP and maximising
     EI over its space), and each segment lasts until the tuner is back within its 5% share, so no slack is left
     for a fit. Once the observations have grown half again since the latest fit, the segment also holds back a
     fit's cost (REFIT_GROWTH): the GP is refitted before they double. Without that reserve a tuned CNN job took
-    its one fit, of 6 observations, for 179 decisions (NOTES.md, forty-third session)."""
-    space = sim.space()
-    manager = sim.make_manager(space, 0, 0.305, overhead_share=0.05)
+    its one fit, of 6 observations, for 179 decisions (NOTES.md, forty-third session). A job started from an
+    earlier job's observations and fit counts from the observations it inherits (a resumed CNN benchmark job
+    never refitted: forty-fourth session)."""
+    space, start = sim.space(), {}
+    if inherits:
+        first = sim.make_manager(space, 0, 0.305, random_settings=3)
+        made = sim.SimulatedJob(0, 0.305).drive(first, 8)
+        start = dict(history=[replace(t, source="first") for t in first.triples], random_settings=0,
+                     gp_fit=[d.gp_fit for d in made if d.gp_fit is not None][-1])
+    manager = sim.make_manager(space, 0, 0.305, overhead_share=0.05, **start)
     suggest = manager.optimizer.suggest
 
     def costly_suggest(*args, **kwargs):
@@ -824,7 +832,7 @@ def test_a_job_whose_decisions_spend_its_overhead_share_still_refits_as_its_obse
         return suggest(*args, **kwargs)
 
     manager.optimizer.suggest = costly_suggest
-    job, fitted_on = sim.SimulatedJob(0, 0.305), []
+    job, fitted_on = sim.SimulatedJob(0, 0.305), [len(manager.history.observations())] if inherits else []
     for _ in range(30):  # each segment lasts its seconds too, as the driver runs it
         seconds = manager.segment_seconds() / sim.seconds_per_iteration(manager.current)
         decision = manager.on_segment_end(job.run(manager.current, max(manager.segment_length(), math.ceil(seconds))))

@@ -112,6 +112,12 @@ class OverheadBudget:
         wanted = observations is not None and self.refit_wanted(observations)
         self.reserve_s = self.fit_cost_s if wanted and self.fit_cost_s is not None else 0.0
 
+    def adopted(self, fit_cost_s: float, observations: int) -> None:
+        """The job starts from an earlier job's fit, which cost ``fit_cost_s`` and saw at most the
+        ``observations`` the job inherits: a refit is wanted once the job's own have grown them half again (a
+        resumed CNN benchmark job never refitted: NOTES.md, forty-fourth session)."""
+        self.fit_cost_s, self.fitted_observations = fit_cost_s, observations
+
     def refit_wanted(self, observations: int) -> bool:
         """Whether the observations have grown :data:`REFIT_GROWTH` times since the latest fit. Without a
         reserve the share never pays for a refit: each decision that takes the latest fit spends the slack its

@@ -229,11 +229,11 @@ class TuningManager:
         self.budget = ExplorationBudget(exploration_budget)
         self.draws = Draws(space, random.Random(seed), cost_model or CostModel(), self.lengths.min_segment_s)
         self.optimizer = GPOptimizer(space, seed, speed_prior) if space.free else None
-        if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
-            self.optimizer.adopt(gp_fit.form, gp_fit.values)
-            self.overhead.fit_cost_s = gp_fit.cost_s
         self.costs = self.draws.costs
         self.history = JobHistory(target_loss, make_estimator, speed_names(space), history)
+        if gp_fit is not None and self.optimizer is not None:  # an earlier job's: the first decision need not fit
+            self.optimizer.adopt(gp_fit.form, gp_fit.values)
+            self.overhead.adopted(gp_fit.cost_s, len(self.history.observations()))
         self.triples = self.history.triples  # the paper's triples: this job's, and those it started from
         self.random_done = 0
         # Inherited (or resumed) observations, each worth exp(-distance) of this job's own, shorten the
