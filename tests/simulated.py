@@ -104,8 +104,9 @@ def make_manager(sp: KnobSpace, seed: int, target_loss: float = 0.33, **options)
     options.setdefault("initial_iterations", 40)
     options.setdefault("random_settings", 10)
     options.setdefault("segment_iterations", 40)
-    # Segments.drive runs segment_length() iterations and lets no time pass for the tuner's decisions, so an
-    # overhead share means nothing to it: every decision fits the GP, as it would with all the time it needs.
+    # Segments.drive runs segment_length() iterations (unless timed) and lets no time pass for the tuner's
+    # decisions, so an overhead share means little to it: every decision fits the GP, as it would with all the time
+    # it needs.
     options.setdefault("overhead_share", None)
     options.setdefault("min_segment_s", 0)
     return TuningManager(sp, start, target_loss, lambda: get_estimator("hogwild"), seed=seed, **options)

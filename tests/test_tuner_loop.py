@@ -830,16 +830,12 @@ def test_a_job_whose_decisions_spend_its_overhead_share_still_refits_as_its_obse
     manager = sim.make_manager(space, 0, 0.305, overhead_share=0.05, **start)
     manager.optimizer.suggest = _costly(manager.optimizer.suggest, 0.2)
     job, fitted_on = sim.SimulatedJob(0, 0.305), [len(manager.history.observations())] if inherits else []
-    for _ in range(30):  # each segment lasts its seconds too, as the driver runs it
-        seconds = manager.segment_seconds() / sim.seconds_per_iteration(manager.current)
-        decision = manager.on_segment_end(job.run(manager.current, max(manager.segment_length(), math.ceil(seconds))))
-        if decision.switch:
-            cost = job.switch_cost(decision)
-            job.clock += cost
-            manager.record_cost(decision.parts, cost)
+    for _ in range(30):
+        (decision,) = job.drive(manager, 1, timed=True)  # each segment lasts its seconds too, as the driver runs it
         if decision.gp_fit is not None:
             fitted_on.append(len(manager.history.observations()))
     observations = len(manager.history.observations())
+    print(f"fitted on {fitted_on} of {observations} observations")
     assert len(fitted_on) >= 2 and all(b <= 2 * a for a, b in zip(fitted_on, fitted_on[1:] + [observations])), (
         fitted_on, observations)
     # within its 5% share, give or take the latest decisions (a first segment of a setting is not stretched; a

@@ -372,11 +372,17 @@ class Segments:
             return self.switch_cost_s
         return self.workload.switch_cost(decision)[0]
 
-    def drive(self, manager, decisions: int) -> list:
-        """Runs ``decisions`` of ``manager``'s segments, switching as it decides; returns its decisions."""
+    def drive(self, manager, decisions: int, timed: bool = False) -> list:
+        """Runs ``decisions`` of ``manager``'s segments, switching as it decides; returns its decisions. A
+        segment runs ``segment_length()`` iterations; ``timed``: and lasts ``segment_seconds()`` too, at the
+        setting's modelled pace, as the driver runs it."""
         made = []
         for _ in range(decisions):
-            decision = manager.on_segment_end(self.run(manager.current, manager.segment_length()))
+            iterations = manager.segment_length()
+            if timed:
+                pace = self.workload.speed.iteration_s(manager.current)
+                iterations = max(iterations, math.ceil(manager.segment_seconds() / pace))
+            decision = manager.on_segment_end(self.run(manager.current, iterations))
             made.append(decision)
             if decision.switch:
                 cost = self.switch_cost(decision)
