@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+import statistics
+
 import pytest
 
 from tfonline.tuner import Triple
 from tfonline.tuner.recheck import (FIRST_RUN, MOST_RECHECKS, SURPRISE, Survey, first_run, measured_way_out,
-                                    sooner_beyond_noise, stint_change)
+                                    segment_noise, sooner_beyond_noise, stint_change)
 
 pytestmark = pytest.mark.fast
 
@@ -146,3 +149,17 @@ def test_a_setting_is_sooner_beyond_noise_only_when_its_segments_say_so_past_the
     assert beyond([75.8, 77.8, 74.8], [70.1, 71.5, 70.8], speed=uncertain, shared=True)
     slower = lambda s: (-0.3 if s["worker"] == 2 else 0.0, 0.0)  # noqa: E731  (needs e^0.3 = 1.35x the iterations)
     assert not beyond([75.8, 77.8, 74.8], [60.1, 61.5, 60.8], speed=slower, shared=False)
+
+
+def test_one_segments_noise_is_pooled_over_this_jobs_settings_run_more_than_once():
+    """The spread of log time per iteration about each setting's own mean, pooled by degrees of freedom; a
+    setting run once, an untimed segment and another job's segments say nothing of it."""
+    logs = {1: [math.log(10.0), math.log(12.0)], 2: [math.log(20.0), math.log(23.0), math.log(18.0)]}
+    triples = [measured(w, math.exp(log)) for w, ls in logs.items() for log in ls] + [measured(3, 5.0)]
+    triples += [Triple({"worker": 1}, 0.5, None, None, None, "fewer than 3 timed iterations"),
+                Triple({"worker": 1}, 0.5, 0.1, 1000.0, 100.0, source="an earlier job")]
+    pooled = math.sqrt((statistics.variance(logs[1]) + 2 * statistics.variance(logs[2])) / 3)
+    assert segment_noise(triples) == pytest.approx(pooled)
+    assert segment_noise(triples[:3]) == pytest.approx(statistics.stdev(logs[1]))  # worker 2 once: left out
+    assert segment_noise([measured(w, 10.0) for w in (1, 2, 3)]) == 0.0 == segment_noise([])
+    assert segment_noise([measured(1, 10.0), measured(1, 10.0)]) == 0.0  # no spread

@@ -26,6 +26,7 @@ from tfonline.tuner.convergence import MIN_SPREAD, PRIOR_SD, SegmentSlope, Speed
 from tfonline.tuner.budget import FIRST_FIT_S
 from tfonline.tuner.recheck import SURPRISE
 from tfonline.tuner.history import loss_trend
+from tfonline.tuner.improvement import LARGEST_LOG, against
 from tfonline.tuner.manager import CostModel, TuningManager
 from tfonline.setting import Knob
 from tfonline.reconfig import switch_parts
@@ -294,6 +295,38 @@ def test_ei_is_maximised_over_every_setting_of_a_small_space():
     assert chosen == best and held == best_held and held["global_jit_level"] == "ON_1"
     assert both == [chosen, held]  # scored once, the held knob's choice read from the rows that hold it
     assert len(every) > 100 and scores.min() < np.median(scores)  # a choice that matters
+
+
+@pytest.mark.fast
+def test_a_mean_log_time_beyond_exps_range_reads_as_a_slow_setting_not_an_error():
+    """A GP read far from its data once gave a mean log R̂ past 709.8, and math.exp's overflow failed the tuner
+    of a simulated CNN run: such a setting is as slow as seconds go, and a switch to it gains nothing."""
+    far = against({"worker": 1}, 800.0, math.log(100.0), 0.04)
+    assert far.remaining_s == math.exp(LARGEST_LOG) and far.gain_s < 0 and far.confidence < 1e-9
+    back = against({"worker": 2}, math.log(100.0), 800.0, 0.04)
+    assert back.gain_s == pytest.approx(math.exp(LARGEST_LOG) - 100.0) and back.confidence > 1 - 1e-9
+    assert against({"worker": 3}, 900.0, 800.0, 0.04).gain_s == 0.0  # both past the range: no gain either way
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_ei_counts_only_the_gain_beyond_one_segments_noise(seed):
+    """EI taken beyond a margin (one segment's noise, 0.15 in log time) keeps most of itself where the
+    settings' times differ by several times that, and loses much more of itself where they are one time
+    scattered by that noise: a gain a segment cannot tell from noise is not worth a switch to learn it."""
+    space = KnobSpace(sim.NODES, sim.CORES, sim.PINNED)
+    rng = random.Random(seed)
+    settings = [space.sample(rng) for _ in range(12)]
+    noise = [math.exp(rng.gauss(0, 0.15)) for _ in settings]
+    flat = [Observation(s, 0.6 - 0.01 * i, 0.05 * n) for i, (s, n) in enumerate(zip(settings, noise))]
+    apart = [Observation(s, 0.6 - 0.01 * i, 10 * sim.time_per_progress(s) / 0.01 * n)
+             for i, (s, n) in enumerate(zip(settings, noise))]
+    kept = {}
+    for name, observations in (("flat", flat), ("apart", apart)):
+        ei = [GPOptimizer(space, seed=seed).suggest(observations, 0.5, settings[0], iterations_left=1000,
+                                                     margin=margin).expected_improvement_s for margin in (0.0, 0.15)]
+        assert ei[0] > 0 and 0 <= ei[1] < ei[0]
+        kept[name] = ei[1] / ei[0]
+    assert kept["apart"] > 0.9 and kept["flat"] < kept["apart"] - 0.25, kept
 
 
 def test_a_random_draw_prefers_settings_predicted_to_lose_less_of_their_segment():

@@ -25,7 +25,7 @@ from threadpoolctl import ThreadpoolController
 
 from tfonline.setting import setting_key
 from tfonline.tuner.grid import SettingGrid, feasible
-from tfonline.tuner.improvement import Prediction, against, expected_improvement, expected_improvements
+from tfonline.tuner.improvement import Prediction, against, expected_improvement, expected_improvements, seconds
 from tfonline.tuner.space import KnobSpace
 from tfonline.tuner.speed import MODEL_KNOBS, SpeedPrior
 
@@ -378,7 +378,7 @@ class GPOptimizer:
 
     def suggest(self, observations: Sequence[Observation], loss: float, current: dict[str, Any],
                 hold: Sequence[str] = (), iterations_left: float = 1.0, speed: SpeedOf | None = None,
-                refit: bool = True) -> Suggestion:
+                refit: bool = True, margin: float = 0.0) -> Suggestion:
         """The setting s* with the largest EI over ``current`` at ``loss``, and that EI in seconds.
 
         A setting's remaining time is R̂ = t × N / ρ: its time per
@@ -389,19 +389,16 @@ class GPOptimizer:
         of log ρ, plus its variance; two settings that share a speed key
         share ρ, and its uncertainty cancels between them.
 
-        EI is the gain of *switching*: E[max(log R̂(current) − log
-        R̂(s), 0)] at ``loss``, in seconds ``R̂_cur·(1 − e^−EI)``, with the
-        GP's variance of the difference of log t alone: exploring is worth
-        what one segment can teach, and a segment measures its time per
-        iteration well but its convergence speed hardly (its slope's
-        standard error is about its size on the test surface); with the
-        speeds' variance in, EI between two worker counts never fell, and the
-        job explored the same two settings turn about. The speeds' variance
-        counts in each prediction's confidence (:class:`Prediction`), which
-        decides an exploit. After the random phase, or when the
-        job's best setting was seen earlier, the current setting is not the
-        incumbent, and EI against the incumbent would understate what a
-        switch gains.
+        EI is the gain of *switching*, beyond ``margin``: E[max(log R̂(current) − log R̂(s) − margin, 0)] at
+        ``loss``, in seconds ``R̂_cur·(1 − e^−EI)``, with the GP's variance of the difference of log t alone:
+        exploring is worth what one segment can teach, and a segment measures its time per iteration well but
+        its convergence speed hardly (its slope's standard error is about its size on the test surface); with
+        the speeds' variance in, EI between two worker counts never fell, and the job explored the same two
+        settings turn about. The speeds' variance counts in each prediction's confidence (:class:`Prediction`),
+        which decides an exploit. After the random phase, or when the job's best setting was seen earlier, the
+        current setting is not the incumbent, and EI against the incumbent would understate what a switch
+        gains. The manager's ``margin`` is one segment's noise (:func:`~tfonline.tuner.recheck.segment_noise`):
+        a gain within it is one that a segment run to learn it cannot show.
 
         ``hold``: free knobs to hold at their current values for a second
         candidate (GPyOpt's ``context``), e.g. XLA's level while it is off.
@@ -411,6 +408,7 @@ class GPOptimizer:
         held = {name: self.space.encode_value(name, current[name]) for name in hold if name in self.space.free}
         with _contained(self.seed, len(window(observations))):
             model = self.fit(observations, loss, current, iterations_left, speed, refit)
+            model.incumbent = model.current_mean - margin
             suggested = model.maximise_each([{}, held] if held else [{}])
             seen = {setting_key(current): current}
             for o in model.observations:
@@ -421,11 +419,11 @@ class GPOptimizer:
             cov = latent + speeds
         predictions = [against(s, mean[i], mean[0], cov[0, 0] + cov[i, i] - 2 * cov[0, i])
                        for i, s in enumerate(settings) if i > 0]
-        current_s = math.exp(mean[0])
+        current_s = seconds(mean[0])
         candidates = []
         for i, setting in enumerate(suggested, start=1):
             sd = math.sqrt(max(latent[0, 0] + latent[i, i] - 2 * latent[0, i], 0.0))
-            gain = expected_improvement(mean[0], mean[i], sd)
+            gain = expected_improvement(mean[0] - margin, mean[i], sd)
             candidates.append(Candidate(setting, current_s * (1 - math.exp(-gain)), predictions[i - 1]))
         best_known = min(predictions[len(suggested):], key=lambda p: p.remaining_s, default=None)
         return Suggestion(candidates, current_s, best_known, model.refitted)
@@ -455,6 +453,7 @@ class Fitted:
         mean, var = self._latent(np.array([self.space.encode(current)], dtype=float))
         speed_mean, _ = self._speeds([self.current_key])
         self.current_mean = float(mean[0] - speed_mean[0])
+        self.incumbent = self.current_mean  # what EI is taken against (GPOptimizer.suggest's margin lowers it)
 
     def _keys(self, settings: Sequence[dict[str, Any]]) -> list[tuple]:
         names = self.speed.names if self.speed is not None else ()
@@ -495,11 +494,11 @@ class Fitted:
         return mean, np.ravel(var) * scale * scale
 
     def scores(self, grid: np.ndarray) -> np.ndarray:
-        """−EI over the current setting (lower is better) of encoded settings: E[max(log R̂(current) −
+        """−EI over the current setting (lower is better) of encoded settings: E[max(:attr:`incumbent` −
         log R̂(s), 0)] with the GP's variance of log t (see :meth:`GPOptimizer.suggest`)."""
         mean, var = self._latent(grid)
         sd = np.sqrt(np.maximum(var, 0.0))
-        return -expected_improvements(self.current_mean, mean - self._speeds_of_grid(grid), sd)
+        return -expected_improvements(self.incumbent, mean - self._speeds_of_grid(grid), sd)
 
     def predict(self, settings: Sequence[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The means of log R̂ (seconds) of settings, and its covariance in two parts: the GP's, of log t

@@ -13,6 +13,15 @@ from typing import Any
 import numpy as np
 
 
+LARGEST_LOG = 700.0  # e^700 s: beyond any job, and below math.exp's overflow (about 709.8)
+
+
+def seconds(log_s: float) -> float:
+    """Seconds from a mean log R̂, at most e^:data:`LARGEST_LOG`. A GP read far from its data can give a mean
+    beyond math.exp's range (a simulated CNN run's tuner failed on one), and such a setting is simply slow."""
+    return math.exp(min(log_s, LARGEST_LOG))
+
+
 @dataclass(frozen=True)
 class Prediction:
     """The GP's view of one setting against the current one, at the current loss."""
@@ -30,7 +39,7 @@ def against(setting: dict[str, Any], mean: float, current_mean: float, variance:
         confidence = 0.5 * math.erfc(-(current_mean - mean) / sd / math.sqrt(2))
     else:
         confidence = 1.0 if mean < current_mean else 0.0
-    return Prediction(setting, math.exp(mean), math.exp(current_mean) - math.exp(mean), confidence)
+    return Prediction(setting, seconds(mean), seconds(current_mean) - seconds(mean), confidence)
 
 
 def expected_improvements(incumbent: float, mean: np.ndarray, sd: np.ndarray) -> np.ndarray:

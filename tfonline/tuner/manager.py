@@ -93,7 +93,7 @@ from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.tuner.lengths import SegmentLengths
 from tfonline.tuner.recheck import (FIRST_RUN, RANDOM_SETTING, Survey, first_run, mean_times, measured_way_out,
-                                    sooner_beyond_noise)
+                                    segment_noise, sooner_beyond_noise)
 from tfonline.tuner.history import JobHistory
 from tfonline.tuner.space import KnobSpace
 from tfonline.tuner.trial import Trials
@@ -518,7 +518,8 @@ class TuningManager:
         speed = SpeedOf(speed_names(self.space), lambda key: speeds.at(key, loss_now).log)
         suggestion = self.optimizer.suggest(observations, loss_now, current, hold=hold,
                                             iterations_left=iterations_left, speed=speed,
-                                            refit=self.overhead.refit_due(self.elapsed_s) and not self._refitted)
+                                            refit=self.overhead.refit_due(self.elapsed_s) and not self._refitted,
+                                            margin=segment_noise(self.triples))
         self._refitted = self._refitted or suggestion.refitted  # a decision fits the GP once at most
         return suggestion, iterations_left, loss_now, speed
 

@@ -113,6 +113,23 @@ def sooner_beyond_noise(triples: Sequence, current: dict[str, Any], candidate: d
     return d > z * math.sqrt(variance)
 
 
+def segment_noise(triples: Sequence) -> float:
+    """The standard deviation of one segment's log time per iteration about its setting's mean, pooled over the
+    settings this job ran at least twice (0 when none has): what one segment of a setting is judged by.
+
+    The GP's expected improvement is taken beyond it (:meth:`~tfonline.tuner._gpyopt.GPOptimizer.suggest`'s
+    ``margin``): a gain one segment cannot tell from this noise is not worth a switch to measure it.
+    """
+    runs: dict[str, list[float]] = {}
+    for triple in _timed(triples):
+        runs.setdefault(setting_key(triple.setting), []).append(math.log(triple.per_iteration_s))
+    runs = {key: logs for key, logs in runs.items() if len(logs) >= 2}
+    freedom = sum(len(logs) - 1 for logs in runs.values())
+    if not freedom:
+        return 0.0
+    return math.sqrt(sum((len(logs) - 1) * statistics.variance(logs) for logs in runs.values()) / freedom)
+
+
 def _timed(triples: Sequence) -> list:
     return [t for t in triples if t.source is None and t.per_iteration_s is not None]
 
