@@ -120,26 +120,29 @@ def segment_noise(triples: Sequence) -> float:
     The GP's expected improvement is taken beyond it (:meth:`~tfonline.tuner._gpyopt.GPOptimizer.suggest`'s
     ``margin``): a gain one segment cannot tell from this noise is not worth a switch to measure it.
     """
-    runs: dict[str, list[float]] = {}
-    for triple in _timed(triples):
-        runs.setdefault(setting_key(triple.setting), []).append(math.log(triple.per_iteration_s))
-    runs = {key: logs for key, logs in runs.items() if len(logs) >= 2}
-    freedom = sum(len(logs) - 1 for logs in runs.values())
+    runs = [[math.log(t.per_iteration_s) for t in ts] for ts in _runs(triples).values() if len(ts) >= 2]
+    freedom = sum(len(logs) - 1 for logs in runs)
     if not freedom:
         return 0.0
-    return math.sqrt(sum((len(logs) - 1) * statistics.variance(logs) for logs in runs.values()) / freedom)
+    return math.sqrt(sum((len(logs) - 1) * statistics.variance(logs) for logs in runs) / freedom)
 
 
 def _timed(triples: Sequence) -> list:
     return [t for t in triples if t.source is None and t.per_iteration_s is not None]
 
 
-def mean_times(triples: Sequence) -> dict[str, tuple[float, dict[str, Any]]]:
-    """Each setting this job ran, by its key: its mean time per iteration over its timed segments, and itself."""
+def _runs(triples: Sequence) -> dict[str, list]:
+    """This job's timed triples by their setting's key, in order."""
     runs: dict[str, list] = {}
     for triple in _timed(triples):
         runs.setdefault(setting_key(triple.setting), []).append(triple)
-    return {key: (statistics.mean(t.per_iteration_s for t in ts), ts[-1].setting) for key, ts in runs.items()}
+    return runs
+
+
+def mean_times(triples: Sequence) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Each setting this job ran, by its key: its mean time per iteration over its timed segments, and itself."""
+    return {key: (statistics.mean(t.per_iteration_s for t in ts), ts[-1].setting)
+            for key, ts in _runs(triples).items()}
 
 
 class Survey:
