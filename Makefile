@@ -45,7 +45,7 @@ check-wheel: install
 # results and figures in benchmarks/results/<date>-<mode>.{md,json,png}. bench-full runs in sittings of
 # about 150 minutes (benchmarks/journal.py): each goes on where the last stopped; run it until it says done.
 BENCH_SITTING_MIN ?= 150
-BENCH_ARGS ?=  # e.g. --accept-lost, or "--redo svm" (a workload deferred by its speed check): paper.py --help
+BENCH_ARGS ?=  # e.g. --accept-lost, "--redo svm" (deferred by its speed check), "--redo cnn/tuned": paper.py --help
 bench: install
 	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python benchmarks/paper.py --mode quick
 

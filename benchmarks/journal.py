@@ -45,6 +45,10 @@ NAME`` runs it again whole, from a ``{"redo": name}`` line on: the runs and
 checks of that workload before it are set aside (they stay in the file), and
 its tuned runs are forgotten by the tuned runs' repository (:func:`forget`),
 so that none to come inherits another machine's times.
+
+``--redo NAME/tuned`` sets aside only the workload's runs that tune (its tuned
+runs and its checkpoint-restart run): the tuner changed since they ran, and
+its fixed runs, which no tuner touched, stay kept, as do its speed checks.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ import time
 SUFFIX = "-runs.jsonl"
 TRACES = "-traces.jsonl"  # beside the journal: what runs leave for the tables at a workload's end
 CARRIED = ".kept.sql"  # beside the tuned runs' repository: its kept copy as SQL text, without iterations
+TUNED = "tuned"  # --redo NAME/tuned: a workload's runs that tune, alone
+TUNING_RUNS = ("tuned", "checkpoint")  # the kinds of run (a key's second part) that tune: what NAME/tuned redoes
 
 
 class JournalError(Exception):
@@ -77,7 +83,7 @@ class Journal:
         self.sittings = sittings
         self.revisions = list(revisions or [])  # the code revisions the sittings ran on, in order, each once
         self.speeds: dict[str, list[dict]] = {}  # by workload: its speed checks since it was last redone, in order
-        self.redone: dict[str, list[int]] = {}  # by workload: the sittings that ran it again whole (--redo)
+        self.redone: dict[str, list[int]] = {}  # by workload or NAME/tuned: the sittings that ran it again (--redo)
         self._started = time.monotonic()
 
     @classmethod
@@ -158,15 +164,16 @@ class Journal:
 
     def redo(self, name: str) -> list[dict]:
         """Runs workload ``name`` again whole from this sitting on: its runs and speed checks so far are set aside;
-        returns the rows set aside."""
+        ``NAME/tuned``: only its runs that tune (:data:`TUNING_RUNS`). Returns the rows set aside."""
         dropped = self._set_aside(name)
         self.redone.setdefault(name, []).append(self.sittings)
         self._append({"redo": name, "sitting": self.sittings})
         return dropped
 
     def _set_aside(self, name: str) -> list[dict]:
-        keys = [key for key in self.runs if key.split("/")[0] == name]
-        self.speeds.pop(name, None)
+        keys = [key for key in self.runs if _redone(key, name)]
+        if "/" not in name:  # the whole workload: its speed checks too
+            self.speeds.pop(name, None)
         for key in keys:
             self.traces.pop(key, None)
         return [self.runs.pop(key) for key in keys]
@@ -179,6 +186,13 @@ class Journal:
 
     def _append(self, line: dict) -> None:
         _append(self.path, line)
+
+
+def _redone(key: str, name: str) -> bool:
+    """Whether ``--redo name`` (a workload, or ``NAME/tuned``) sets run ``key`` aside."""
+    workload, _, part = name.partition("/")
+    kinds = key.split("/")
+    return kinds[0] == workload and (not part or (len(kinds) > 1 and kinds[1] in TUNING_RUNS))
 
 
 def read_traces(stem: str, mend: bool = False) -> dict[str, dict]:

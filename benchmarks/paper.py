@@ -14,7 +14,8 @@ done; exit 0). ``make bench-full`` resumes and stops after 150 minutes:
 run it again until it says done. A sitting may land on another machine:
 full mode checks each workload's speed before a sitting's first run of it,
 and defers a workload whose speed is off its first sitting's
-(``benchmarks/speed.py``; ``--redo NAME`` runs it again whole here).
+(``benchmarks/speed.py``; ``--redo NAME`` runs it again whole here;
+``--redo NAME/tuned`` runs only its tuned runs again, after the tuner changed).
 
 The workloads (``benchmarks/workloads.py``) are the LogR, SVM, CNN and MLP
 examples at the benchmark's sizes: their best fixed setting trains for a
@@ -390,8 +391,9 @@ def _speed_checks(result: dict) -> list[str]:
                          + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
     for name, sittings in (result.get("redone") or {}).items():
-        lines.append(f"- {name} ran again whole from sitting {sittings[-1]} on (`--redo`): its earlier runs are "
-                     "set aside")
+        what = (f"{name.split('/')[0]}'s tuned runs and checkpoint-restart run ran again" if "/" in name
+                else f"{name} ran again whole")
+        lines.append(f"- {what} from sitting {sittings[-1]} on (`--redo {name}`): its earlier ones are set aside")
     if not lines:
         return []
     return [f"Speed checks (each sitting, before its first run of a workload: the default setting at seed 0 for "
@@ -640,7 +642,8 @@ def _arguments(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
                         help="start no run once this sitting has lasted MINUTES; exit 75 if not done")
     parser.add_argument("--redo", metavar="WORKLOADS",
                         help="with --resume: run these workloads (comma-separated) again whole, on this machine: "
-                             "their kept runs are set aside (a workload its speed check deferred, say)")
+                             "their kept runs are set aside (a workload its speed check deferred, say); NAME/tuned: "
+                             "only its runs that tune (the tuner changed since), its fixed runs kept")
     args = parser.parse_args(argv)
     args.workloads = [n.strip() for n in (args.workloads or MODES[args.mode]["workloads"]).split(",") if n.strip()]
     unknown = [n for n in args.workloads if n not in WORKLOADS and n not in SIMULATED]
@@ -651,10 +654,18 @@ def _arguments(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     args.redo = [n.strip() for n in (args.redo or "").split(",") if n.strip()]
     if args.redo and not args.resume:
         parser.error("--redo takes effect with --resume (a new benchmark runs every workload), got no --resume")
-    if any(n not in args.workloads for n in args.redo):
-        parser.error(f"--redo takes workloads of this benchmark ({', '.join(args.workloads)}), "
-                     f"got {next(n for n in args.redo if n not in args.workloads)!r}")
+    wrong = [n for n in args.redo if n not in args.workloads and not _tuned_part(n, args.workloads)]
+    if wrong:
+        parser.error(f"--redo takes workloads of this benchmark ({', '.join(args.workloads)}), or a real one's "
+                     f"tuned runs alone (NAME/{journal.TUNED}), got {wrong[0]!r}")
     return parser, args
+
+
+def _tuned_part(name: str, workloads: list[str]) -> bool:
+    """Whether ``name`` is ``NAME/tuned`` of a real workload of this benchmark (a simulated one has no tuned runs
+    of its own to redo)."""
+    workload, _, part = name.partition("/")
+    return part == journal.TUNED and workload in workloads and workload in WORKLOADS
 
 
 def _open(parser, args, config: dict) -> tuple[journal.Journal, str, str | None]:
@@ -715,7 +726,7 @@ def main(argv=None) -> int:
     if book.sittings > 1:
         log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept"
             + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else "")
-            + "".join(f"; {name} runs again whole" for name in args.redo))
+            + "".join(f"; {name} runs again" + ("" if "/" in name else " whole") for name in args.redo))
     kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after,
                 check=(lambda name: speed.measure(name, args.mode) if name in WORKLOADS else None)  # not simulated
                 if MODES[args.mode].get("speed_check") else None)
@@ -740,6 +751,7 @@ def main(argv=None) -> int:
             _write(result, stem, book)
     except (_Stop, KeyboardInterrupt) as e:
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped after {args.stop_after:g} min"
+        _write(result, stem, book)  # the workloads done, as before; and this sitting's speed checks
         return _unfinished(book, log, args, deferred, why)
     if deferred:
         return _unfinished(book, log, args, deferred)

@@ -110,16 +110,20 @@ def test_forgetting_jobs_removes_their_rows_everywhere_and_keeps_the_repository_
     conn.close()
 
 
-def _sitting(paper, monkeypatch, tmp_path, measured, argv=()):
-    """One full-mode sitting of logr and svm, whose runs are a row each (no cluster): what it returns and logs."""
+def _sitting(paper, monkeypatch, tmp_path, measured, argv=(), written=None):
+    """One full-mode sitting of logr and svm, whose runs are a row each (no cluster): what it returns and logs.
+    ``written``: a list that gets the speed checks each write of the tables saw."""
     monkeypatch.setattr(paper.speed, "measure", lambda name, mode: measured[name])
     monkeypatch.setattr(paper, "_machine", lambda: {"nodes": 4})
-    for made in ("_write", "draw", "markdown"):  # the tables and figures of workloads that ran nothing
+    for made in ("draw", "markdown"):  # the tables and figures of workloads that ran nothing
         monkeypatch.setattr(paper, made, lambda *args: [])
+    monkeypatch.setattr(paper, "_write", lambda result, stem, book: (written if written is not None else []).append(
+        {name: [c["sitting"] for c in checks] for name, checks in book.speeds.items()}))
 
     def real(name, mode, seeds, drawn, tuned_db, fixed_db, log, kept):
         return {"tuned": [kept(f"{name}/tuned/0", lambda: {"status": "converged", "job_id": f"{name}-job"},
-                               keeps=tuned_db)]}
+                               keeps=tuned_db)],
+                "fixed": [kept(f"{name}/fixed/0", lambda: {"status": "converged", "job_id": f"{name}-fixed"})]}
 
     monkeypatch.setattr(paper, "_real", real)
     monkeypatch.setattr(sys, "argv", [BENCH])
@@ -137,14 +141,15 @@ def test_a_sitting_on_another_machine_defers_the_workload_and_redo_runs_it_again
     assert _sitting(paper, monkeypatch, tmp_path, {"logr": SLOW, "svm": SLOW}) == paper.UNFINISHED
     out = capsys.readouterr().out
     assert "svm deferred: svm's speed check expected 1.500 ms per iteration" in out
-    assert "deferred svm (another machine): 2 runs kept" in out and "--redo svm" in out
+    assert "deferred svm (another machine): 3 runs kept" in out and "--redo svm" in out
     after = journal.Journal.resume(f"{stem}{journal.SUFFIX}", FULL)
-    assert set(after.runs) == {"logr/tuned/0", "svm/fixed/0"}  # logr ran here; svm ran nothing
+    assert set(after.runs) == {"logr/tuned/0", "logr/fixed/0", "svm/fixed/0"}  # logr ran here; svm ran nothing
     assert _sitting(paper, monkeypatch, tmp_path, {"logr": SLOW, "svm": SLOW}, ["--redo", "svm"]) == 0
     out = capsys.readouterr().out
     assert "svm runs again whole" in out and "done:" in out
     done = journal.Journal.resume(f"{stem}{journal.SUFFIX}", FULL)
-    assert done.runs["svm/tuned/0"] == {"status": "converged", "job_id": "svm-job"} and "svm/fixed/0" not in done.runs
+    assert done.runs["svm/tuned/0"] == {"status": "converged", "job_id": "svm-job"}
+    assert done.runs["svm/fixed/0"] == {"status": "converged", "job_id": "svm-fixed"}  # run again, not the kept one
     assert done.reference_speed("svm")["sitting"] == 3 and done.redone == {"svm": [3]}
     said = paper._speed_checks({"speeds": done.speeds, "redone": done.redone})
     assert "- svm: sitting 3 4.000 ms" in said and "- logr: sitting 2 4.000 ms" in said
@@ -152,7 +157,10 @@ def test_a_sitting_on_another_machine_defers_the_workload_and_redo_runs_it_again
 
 @pytest.mark.parametrize("argv, said", [
     (["--redo", "svm"], "--redo takes effect with --resume (a new benchmark runs every workload), got no --resume"),
-    (["--resume", "--redo", "cnn"], "--redo takes workloads of this benchmark (logr, svm), got 'cnn'"),
+    (["--resume", "--redo", "cnn"], "--redo takes workloads of this benchmark (logr, svm), or a real one's tuned "
+                                    "runs alone (NAME/tuned), got 'cnn'"),
+    (["--resume", "--redo", "svm/fixed"], "--redo takes workloads of this benchmark (logr, svm), or a real one's "
+                                          "tuned runs alone (NAME/tuned), got 'svm/fixed'"),
 ])
 def test_redo_refuses_bad_input_in_one_line(paper, argv, said, tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", [BENCH])
@@ -161,3 +169,49 @@ def test_redo_refuses_bad_input_in_one_line(paper, argv, said, tmp_path, capsys,
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == f"paper.py: error: {said}"
     assert os.listdir(tmp_path) == []  # refused before any journal
+
+
+def test_redo_of_a_workload_s_tuned_runs_sets_aside_those_that_tune_and_keeps_its_fixed_runs_and_checks(journal,
+                                                                                                        tmp_path):
+    book = journal.Journal.start(str(tmp_path / "2026-11-29-full-runs.jsonl"), FULL)
+    book.begin_sitting()
+    book.record_speed("svm", FAST)
+    for key in ("svm/tuned/0", "svm/checkpoint", "svm/start", "svm/fixed/0", "logr/tuned/0"):
+        book.record(key, {"job_id": key}, traces={"curve": [key]})
+    again = journal.Journal.resume(book.path, FULL)
+    again.begin_sitting()
+    assert again.redo("svm/tuned") == [{"job_id": "svm/tuned/0"}, {"job_id": "svm/checkpoint"}]
+    third = journal.Journal.resume(book.path, FULL)
+    assert set(third.runs) == set(third.traces) == {"svm/start", "svm/fixed/0", "logr/tuned/0"}
+    assert third.reference_speed("svm") == dict(FAST, speed="svm", sitting=1) and third.redone == {"svm/tuned": [2]}
+
+
+def test_a_sitting_that_redoes_the_tuned_runs_runs_them_again_and_keeps_the_fixed_ones(journal, paper, tmp_path,
+                                                                                       monkeypatch, capsys):
+    book = journal.Journal.start(f"{tmp_path / '2026-11-29-full'}{journal.SUFFIX}", FULL)
+    book.begin_sitting()
+    book.record_speed("svm", FAST)
+    for key in ("svm/tuned/0", "svm/fixed/0", "logr/tuned/0"):
+        book.record(key, {"status": "converged", "job_id": key})
+    book.end_sitting("stopped after 1 min")
+    assert _sitting(paper, monkeypatch, tmp_path, {"logr": FAST, "svm": FAST},
+                    ["--redo", "svm/tuned", "--accept-lost"]) == 0
+    assert "; svm/tuned runs again\n" in capsys.readouterr().out
+    done = journal.Journal.resume(book.path, FULL)
+    assert done.runs["svm/tuned/0"]["job_id"] == "svm-job"  # run again in sitting 2
+    kept = (done.runs["svm/fixed/0"]["job_id"], done.runs["logr/tuned/0"]["job_id"])
+    assert kept == ("svm/fixed/0", "logr/tuned/0")  # from sitting 1
+    assert [c["sitting"] for c in done.speeds["svm"]] == [1, 2]  # the checks stay: the same machine's
+    said = paper._speed_checks({"speeds": done.speeds, "redone": done.redone})
+    assert ("- svm's tuned runs and checkpoint-restart run ran again from sitting 2 on (`--redo svm/tuned`): its "
+            "earlier ones are set aside") in said
+
+
+def test_a_sitting_that_stops_writes_the_tables_with_its_own_speed_checks(journal, paper, tmp_path, monkeypatch):
+    book = journal.Journal.start(f"{tmp_path / '2026-11-29-full'}{journal.SUFFIX}", FULL)
+    book.begin_sitting()
+    book.end_sitting("stopped after 1 min")
+    written = []
+    assert _sitting(paper, monkeypatch, tmp_path, {"logr": FAST, "svm": FAST}, ["--stop-after", "0"],
+                    written) == paper.UNFINISHED  # one run (logr/tuned/0), then no more
+    assert written == [{"logr": [2]}]  # no workload was done, yet the tables are written with sitting 2's check
