@@ -751,7 +751,8 @@ def main(argv=None) -> int:
             _write(result, stem, book)
     except (_Stop, KeyboardInterrupt) as e:
         why = "interrupted" if isinstance(e, KeyboardInterrupt) else f"stopped after {args.stop_after:g} min"
-        _write(result, stem, book)  # the workloads done, as before; and this sitting's speed checks
+        if result["workloads"]:  # the tables of the workloads done, as before, with this sitting's speed checks
+            _write(result, stem, book)
         return _unfinished(book, log, args, deferred, why)
     if deferred:
         return _unfinished(book, log, args, deferred)

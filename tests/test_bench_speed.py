@@ -210,8 +210,17 @@ def test_a_sitting_that_redoes_the_tuned_runs_runs_them_again_and_keeps_the_fixe
 def test_a_sitting_that_stops_writes_the_tables_with_its_own_speed_checks(journal, paper, tmp_path, monkeypatch):
     book = journal.Journal.start(f"{tmp_path / '2026-11-29-full'}{journal.SUFFIX}", FULL)
     book.begin_sitting()
+    for key in ("logr/tuned/0", "logr/fixed/0"):
+        book.record(key, {"status": "converged", "job_id": key})
     book.end_sitting("stopped after 1 min")
     written = []
+    assert _sitting(paper, monkeypatch, tmp_path, {"logr": FAST, "svm": FAST}, ["--stop-after", "0", "--accept-lost"],
+                    written) == paper.UNFINISHED  # logr kept whole; one run of svm's, then no more
+    assert written == [{}, {"svm": [2]}]  # after logr, and at the stop: with sitting 2's check of svm
+    book = journal.Journal.start(f"{tmp_path / '2026-11-30-full'}{journal.SUFFIX}", FULL)
+    book.begin_sitting()
+    book.end_sitting("stopped after 1 min")
+    written.clear()
     assert _sitting(paper, monkeypatch, tmp_path, {"logr": FAST, "svm": FAST}, ["--stop-after", "0"],
-                    written) == paper.UNFINISHED  # one run (logr/tuned/0), then no more
-    assert written == [{"logr": [2]}]  # no workload was done, yet the tables are written with sitting 2's check
+                    written) == paper.UNFINISHED
+    assert written == []  # no workload done: no tables yet
