@@ -9,8 +9,8 @@ A long benchmark runs in sittings (``benchmarks/journal.py``): each finished
 run is kept in ``<stem>-runs.jsonl``; ``--resume`` goes on with the newest
 unfinished benchmark of the mode in ``--out`` (or starts one), and
 ``--stop-after MINUTES`` starts no run once the sitting has lasted that long,
-then exits with status 75 (the tables are written once every workload is
-done; exit 0). ``make bench-full`` resumes and stops after 150 minutes:
+then exits with status 75 (the tables are written after each workload,
+the figures once every workload is done; exit 0). ``make bench-full`` resumes and stops after 150 minutes:
 run it again until it says done. A sitting may land on another machine:
 full mode checks each workload's speed before a sitting's first run of it,
 and defers a workload whose speed is off its first sitting's
