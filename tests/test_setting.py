@@ -54,6 +54,14 @@ def test_setting_key_is_stable_and_content_based():
     assert short_form(a).startswith("ps1 w3 t2/2 jit:OFF")
 
 
+@pytest.mark.parametrize("folded, shown", [(1024, "fold:1K "), (10 * 1024 * 1024, "fold:10M "),
+                                           (int(9.77 * 1024 * 1024), "fold:9.77M "), (1_024_000, "fold:1000K "),
+                                           (1_047_552, "fold:1023K "), (100 * 1024, "fold:100K ")])
+def test_the_short_form_shows_a_byte_size_in_plain_figures(folded, shown):
+    """A benchmark table showed "fold:1e+03K" for 1,000 KiB."""
+    assert shown in short_form(resolve_setting({"max_folded_constant_in_bytes": folded}, 4, 2)) + " "
+
+
 def test_every_session_knob_reaches_the_config_proto():
     setting = resolve_setting(
         {

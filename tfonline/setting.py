@@ -187,10 +187,11 @@ def short_form(setting: dict[str, Any]) -> str:
 
 
 def _bytes_short(n: int) -> str:
-    if n >= MIB:
-        return f"{n / MIB:.3g}M"
-    if n >= KIB:
-        return f"{n / KIB:.3g}K"
+    """``n`` bytes in KiB or MiB to three significant figures, never in exponent form (1,000-1,023 KiB read
+    "1000K", not "1e+03K")."""
+    for unit, size in (("M", MIB), ("K", KIB)):
+        if n >= size:
+            return f"{n / size:.3g}{unit}" if n / size < 999.5 else f"{n / size:.0f}{unit}"
     return str(n)
 
 
