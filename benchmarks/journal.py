@@ -171,9 +171,10 @@ class Journal:
         return dropped
 
     def _set_aside(self, name: str) -> list[dict]:
-        keys = [key for key in self.runs if _redone(key, name)]
-        if "/" not in name:  # the whole workload: its speed checks too
-            self.speeds.pop(name, None)
+        workload, tuned_only = redo_scope(name)
+        keys = [key for key in self.runs if _redone(key, workload, tuned_only)]
+        if not tuned_only:  # the whole workload: its speed checks too
+            self.speeds.pop(workload, None)
         for key in keys:
             self.traces.pop(key, None)
         return [self.runs.pop(key) for key in keys]
@@ -188,11 +189,16 @@ class Journal:
         _append(self.path, line)
 
 
-def _redone(key: str, name: str) -> bool:
-    """Whether ``--redo name`` (a workload, or ``NAME/tuned``) sets run ``key`` aside."""
+def redo_scope(name: str) -> tuple[str, bool]:
+    """``--redo``'s ``name`` read: its workload, and whether only its runs that tune (``NAME/tuned``)."""
     workload, _, part = name.partition("/")
+    return workload, part == TUNED
+
+
+def _redone(key: str, workload: str, tuned_only: bool) -> bool:
+    """Whether a redo of ``workload`` (``tuned_only``: its runs that tune) sets run ``key`` aside."""
     kinds = key.split("/")
-    return kinds[0] == workload and (not part or (len(kinds) > 1 and kinds[1] in TUNING_RUNS))
+    return kinds[0] == workload and (not tuned_only or (len(kinds) > 1 and kinds[1] in TUNING_RUNS))
 
 
 def read_traces(stem: str, mend: bool = False) -> dict[str, dict]:

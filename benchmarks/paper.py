@@ -391,8 +391,9 @@ def _speed_checks(result: dict) -> list[str]:
                          + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
     for name, sittings in (result.get("redone") or {}).items():
-        what = (f"{name.split('/')[0]}'s tuned runs and checkpoint-restart run ran again" if "/" in name
-                else f"{name} ran again whole")
+        workload, tuned_only = journal.redo_scope(name)
+        what = (f"{workload}'s tuned runs and checkpoint-restart run ran again" if tuned_only
+                else f"{workload} ran again whole")
         lines.append(f"- {what} from sitting {sittings[-1]} on (`--redo {name}`): its earlier ones are set aside")
     if not lines:
         return []
@@ -664,8 +665,8 @@ def _arguments(argv) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
 def _tuned_part(name: str, workloads: list[str]) -> bool:
     """Whether ``name`` is ``NAME/tuned`` of a real workload of this benchmark (a simulated one has no tuned runs
     of its own to redo)."""
-    workload, _, part = name.partition("/")
-    return part == journal.TUNED and workload in workloads and workload in WORKLOADS
+    workload, tuned_only = journal.redo_scope(name)
+    return tuned_only and workload in workloads and workload in WORKLOADS
 
 
 def _open(parser, args, config: dict) -> tuple[journal.Journal, str, str | None]:
@@ -726,7 +727,7 @@ def main(argv=None) -> int:
     if book.sittings > 1:
         log(f"resuming {os.path.basename(stem)} (sitting {book.sittings}): {_runs(len(book.runs))} kept"
             + (f"; {lost} was lost: the tuned runs to come inherit nothing from the kept ones" if lost else "")
-            + "".join(f"; {name} runs again" + ("" if "/" in name else " whole") for name in args.redo))
+            + "".join(f"; {name} runs again{'' if journal.redo_scope(name)[1] else ' whole'}" for name in args.redo))
     kept = Kept(book, log, None if args.stop_after is None else 60 * args.stop_after,
                 check=(lambda name: speed.measure(name, args.mode) if name in WORKLOADS else None)  # not simulated
                 if MODES[args.mode].get("speed_check") else None)

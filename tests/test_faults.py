@@ -250,8 +250,10 @@ def test_a_worker_whose_input_is_cancelled_under_its_step_opens_it_again_past_th
                                              mode="async", max_steps=3000, quiet=True, checkpoint_every_s=None)
     assert result.status == "stopped" and result.stop_reason == "max_steps (3000) reached", result.stop_reason
     (said,) = [m for m in caplog.messages if "input was cancelled" in m]
-    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: Error in "
-                           "user-defined function passed to MapDataset"), said
+    # TensorFlow names the node that raised it first ("CANCELLED: From /job:node/replica:0/task:2: ") on some
+    # runs and not on others (make test at 48dc2f8); the error itself is the map's either way.
+    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: "), said
+    assert "Error in user-defined function passed to MapDataset" in said.split("); it is opened again")[0], said
     losses = [loss for loss, in _rows(db_path, "select loss from iterations")]
     odd = sorted((int(x) for x in losses if int(x) % 2), reverse=True)  # worker 1's shard: 9999, 9997, ...
     assert 9879.0 not in losses and odd[:61] == list(range(9999, 9879, -2)) + [9877]
@@ -272,8 +274,10 @@ def test_a_synchronous_worker_whose_input_is_cancelled_steps_again_on_its_next_b
                                              schedule=[(200, {"worker": 1})])
     assert result.status == "stopped" and result.stop_reason == "max_steps (260) reached", result.stop_reason
     (said,) = [m for m in caplog.messages if "input was cancelled" in m]
-    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: Error in "
-                           "user-defined function passed to MapDataset"), said
+    # TensorFlow names the node that raised it first ("CANCELLED: From /job:node/replica:0/task:2: ") on some
+    # runs and not on others (make test at 48dc2f8); the error itself is the map's either way.
+    assert said.startswith("worker 1's input was cancelled under its step (CancelledError: "), said
+    assert "Error in user-defined function passed to MapDataset" in said.split("); it is opened again")[0], said
     losses = [loss for loss, in _rows(db_path, "select loss from iterations order by step")]
     expected = ([9999.5 - 2 * m for m in range(60)] + [9998.5 - 2 * m for m in range(60, 200)]
                 + [9598.0 - j for j in range(60)])
