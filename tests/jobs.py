@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 import tfonline
-from tfonline.data import hashed_sparse_dataset
+from tfonline.data import hashed_sparse_dataset, teacher_dataset
 
 
 class TinyLogR(tfonline.MLJobFramework):
@@ -53,6 +53,26 @@ class TunedLogR(SlowerLogR):
 
     def __init__(self, lr=0.01):
         TinyLogR.__init__(self, lr=lr)
+
+
+class WideMLP(tfonline.MLJobFramework):
+    """A teacher's labels learnt through one wide layer, which two ps nodes cut in two blocks (256 KiB); its
+    weights take ``get_variable``'s default initializer, the output's Glorot's explicitly."""
+
+    target_loss = 0.1
+    smoothing_window = 5
+
+    def input_fn(self, shard, num_shards):
+        return teacher_dataset(shard, num_shards, batch_size=32, dim=32, classes=4)
+
+    def model_fn(self, x, labels):
+        hidden = tf.nn.relu(tf.matmul(x, tf.compat.v1.get_variable("wide", [32, 2048])))
+        out = tf.compat.v1.get_variable("out", [2048, 4], initializer=tf.compat.v1.glorot_uniform_initializer())
+        return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels,
+                                                                             logits=tf.matmul(hidden, out)))
+
+    def optimizer_fn(self):
+        return tf.compat.v1.train.GradientDescentOptimizer(0.1)
 
 
 class CountdownJob(tfonline.MLJobFramework):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from jobs import TinyLogR
+from jobs import TinyLogR, WideMLP
 from tfonline.cli import main
 from tfonline.data import hashed_sparse_dataset
 
@@ -61,6 +61,23 @@ def test_the_restored_cnn_gives_the_test_accuracy_the_clusters_parameters_gave(c
     with open(os.path.join(os.path.dirname(db_path), "report.html")) as f:
         page = f.read()
     assert "Metrics on held-out data, at each checkpoint and the end" in page and f"accuracy {accuracy:.4g}" in page
+
+
+def test_a_job_starts_from_the_same_weights_under_every_setting(cluster, tmp_path):
+    """One worker reads the same batches under every setting, so one start gives the same losses: the wide
+    layer is whole on one ps node and cut in two blocks on two. Another seed is another start."""
+    def losses(ps, seed=0):
+        db = str(tmp_path / f"ps{ps}-seed{seed}.db")
+        result = WideMLP().run(setting={"ps": ps, "worker": 1}, db=db, cluster=cluster, seed=seed, max_steps=4,
+                               patience=None, quiet=True)
+        with sqlite3.connect(db) as con:
+            return [loss for loss, in con.execute("select loss from iterations where job_id = ? order by step",
+                                                  (result.job_id,))]
+
+    whole, cut, other = losses(1), losses(2), losses(1, seed=1)
+    assert len(whole) == len(cut) == 4
+    assert cut == pytest.approx(whole, rel=1e-5)
+    assert abs(other[0] - whole[0]) > 1e-3 * whole[0]
 
 
 class EvaluatedLogR(TinyLogR):

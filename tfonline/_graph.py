@@ -26,6 +26,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfonline._initial import setting_free
 from tfonline.exceptions import JobDefinitionError
 from tfonline.placement import Partition, block_name, row_ranges, shards_for
 
@@ -71,8 +72,10 @@ class PartitioningRule:
 
         A scope-wide partitioner would turn every variable, however small,
         into a ``PartitionedVariable``, on which plain arithmetic such as
-        ``w * x`` fails. A partitioner the user set is left alone.
+        ``w * x`` fails. A partitioner the user set is left alone. The
+        initial value is the same under every cut (:mod:`tfonline._initial`).
         """
+        kwargs["initializer"] = setting_free(kwargs.get("initializer"), name, kwargs.get("dtype"))
         shape = tf.TensorShape(kwargs.get("shape"))
         if kwargs.get("partitioner") is None and shape.is_fully_defined():
             dtype = tf.as_dtype(kwargs.get("dtype") or tf.float32)

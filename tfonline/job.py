@@ -162,7 +162,11 @@ class MLJobFramework:
                 least two must serve; the job starts on those that do, and
                 each of the others joins it once it serves.
             nodes: how many nodes the embedded cluster starts.
-            seed: the graph-level random seed.
+            seed: the graph-level random seed. At one seed a job starts
+                from the same weights under every setting: each
+                ``get_variable`` variable drawn at random without a seed of
+                its own is seeded by its name, and a cut variable's blocks
+                are rows of the whole one's value (:mod:`tfonline._initial`).
             max_steps, max_seconds, patience: override the class attributes
                 (``patience=None`` never stops for a plateau).
             quiet: no progress lines.
