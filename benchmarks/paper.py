@@ -438,7 +438,9 @@ def markdown(result: dict) -> str:
                          f"{'-' if met is None else 'met' if met else 'short'} |")
     lines += ["", "## Stability and overhead", "",
               "Runs in seed order (the job's graph-level seed); the start setting runs fixed at each tuned run's seed, "
-              "and a tuned run is set against the start's run at its seed.", "",
+              "and a tuned run is set against the start's run at its seed. Only the first tuned run starts on the "
+              "start setting: the later ones start on the best setting the runs before them found (learning "
+              "across jobs), so the start setting stands for what a user without tfonline would have run.", "",
               "| workload | start setting (default), fixed s | its spread | tuned runs s | spread | "
               "slowest tuned / start, same seed | tuner overhead, share of each run |", "|---|---|---|---|---|---|---|"]
     for name, w in result["workloads"].items():
