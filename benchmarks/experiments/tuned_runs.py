@@ -22,25 +22,21 @@ from tfonline.tuner._records import Triple
 from tfonline.tuner.recheck import segment_noise
 
 
-def _workers(db, setting_id: str) -> int:
-    return json.loads(db["settings"].get(setting_id)["knobs"])["worker"]
-
-
-def describe(db, job: dict) -> list[str]:
-    """The lines on one tuned job."""
+def describe(db, job: dict, settings: dict[str, tuple[dict, str]]) -> list[str]:
+    """The lines on one tuned job; ``settings``: each setting's knobs and short form, by its id."""
     segments = list(db.query("select * from segments where job_id = ? order by segment", [job["id"]]))
     if not segments:
         return [f"{job['id']}: no segments"]
-    start = db["settings"].get(segments[0]["setting_id"])["short"]
+    start = settings[segments[0]["setting_id"]][1]
     inherited = [row["from_job_id"] for row in db.query(
         "select from_job_id from inheritances where job_id = ? and start = 1", [job["id"]])]
     by_workers: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])
     for s in segments:
-        ran = by_workers[_workers(db, s["setting_id"])]
+        ran = by_workers[settings[s["setting_id"]][0]["worker"]]
         ran[0] += s["end_step"] - s["start_step"]
         ran[1] += s["ended_at"] - s["started_at"]
     switches = list(db.query("select cost_s from reconfigurations where job_id = ?", [job["id"]]))
-    triples = [Triple(json.loads(db["settings"].get(t["setting_id"])["knobs"]), t["loss_before"],
+    triples = [Triple(settings[t["setting_id"]][0], t["loss_before"],
                       t["per_iteration_s"], t["remaining_iterations"], t["remaining_s"])
                for t in db.query("select * from triples where job_id = ? order by segment", [job["id"]])]
     lines = [f"{job['id']} seed {job['seed']}: {job['status']}, {job['completion_time_s'] or 0:.1f} s, "
@@ -60,8 +56,9 @@ def main(argv: list[str]) -> int:
         return 2
     db = sqlite_utils.Database(argv[0])
     where, params = ("where tuned = 1 and name = ?", [argv[1]]) if len(argv) == 2 else ("where tuned = 1", [])
+    settings = {row["id"]: (json.loads(row["knobs"]), row["short"]) for row in db["settings"].rows}
     for job in db.query(f"select * from jobs {where} order by started_at", params):
-        print("\n".join(describe(db, job)))
+        print("\n".join(describe(db, job, settings)))
     return 0
 
 
