@@ -34,8 +34,14 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || \
 	    echo "make: chromium could not be installed here; tests/test_report.py skips its browser check"; }
 
+# Two pytest workers side by side (pytest-xdist; one alone leaves a third of the two cores idle, waiting on
+# nodes), then the tests marked serial alone; both parts run, and either one failing fails make test.
+TEST_WORKERS ?= 2
 test: install browser
-	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest
+	@rc=0; \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not serial" || rc=$$?; \
+	TF_CPP_MIN_LOG_LEVEL=2 $(BIN)/python -m pytest -m serial || rc=$$?; \
+	exit $$rc
 
 # A wheel built from the tree, installed into a fresh venv with a TensorFlow (TENSORFLOW=... to pick one).
 check-wheel: install

@@ -54,7 +54,7 @@ setup(
         # TensorFlow 2.21 no longer brings TensorBoard: run(tensorboard=DIR) writes its event files
         # with TensorFlow's own writer; the viewer (and the test that starts it) needs this.
         "tensorboard": [TENSORBOARD],
-        "test": ["pytest>=8", "pytest-timeout", TENSORBOARD, "mlxtend", "build"],
+        "test": ["pytest>=8", "pytest-timeout", "pytest-xdist>=3.5", TENSORBOARD, "mlxtend", "build"],
     },
     # Not a Python module: a library the node processes preload so that TensorFlow's
     # servers listen on one address only (patches/bind_address.c, tfonline/_confine.py).

@@ -5,6 +5,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -18,10 +19,15 @@ sys.path.insert(0, os.path.dirname(__file__))
 def children_write_their_temporary_files_in_the_sessions_folder(tmp_path_factory):
     """The processes the tests start (drivers, nodes) write their temporary files under the session's folder,
     which pytest prunes: a driver a test kills with SIGKILL cannot remove them (TensorFlow's autograph modules
-    are removed at exit), and each ``make test`` left two to four ``__autograph_generated_file*.py`` in /tmp."""
-    before = os.environ.get("TMPDIR")
-    os.environ["TMPDIR"] = str(tmp_path_factory.mktemp("children-tmp"))
+    are removed at exit), and each ``make test`` left two to four ``__autograph_generated_file*.py`` in /tmp.
+
+    The tests' own process writes there too (:mod:`tempfile` caches its folder): with ``make test``'s two
+    pytest workers (pytest-xdist), each has its own, so a test that counts what a job left in the temporary
+    folder sees only its own worker's files."""
+    before, cached = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = str(tmp_path_factory.mktemp("children-tmp"))
     yield
+    tempfile.tempdir = cached
     if before is None:
         del os.environ["TMPDIR"]
     else:
@@ -88,7 +94,10 @@ def read_only(tmpfs):
 
 
 def node_processes(parent: int | None = None) -> set[int]:
-    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given)."""
+    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given).
+
+    A test that counts what it left compares ``node_processes(os.getpid())`` before and after: ``make test``
+    runs two pytest workers side by side, and the other's nodes come and go meanwhile."""
     live, parents = set(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

@@ -34,6 +34,14 @@ NODE_PORT = 2222  # every host's node listens on the same port, as on real machi
 START_TIMEOUT_S = 120.0
 
 
+def _free_subnet() -> str:
+    """A made-up 10.216.X /24 that no interface here holds: two pytest workers may each have hosts up."""
+    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True) if shutil.which("ip") else None
+    held = out.stdout if out is not None and out.returncode == 0 else ""
+    free = [x for x in range(256) if f" 10.216.{x}." not in held]
+    return f"10.216.{random.choice(free or range(256))}"
+
+
 class HostsUnavailable(RuntimeError):
     """Network namespaces cannot be made here (not root, no ``ip``, or the kernel refused)."""
 
@@ -59,7 +67,7 @@ class Hosts:
     def __init__(self, count: int = 3, rate: str | None = None):
         self.rate = rate  # each host's link, both ways, e.g. "200mbit" (tc's token bucket), or unlimited
         tag = uuid.uuid4().hex[:5]
-        subnet = f"10.216.{random.randrange(256)}"
+        subnet = _free_subnet()
         self.bridge, self.bridge_address = f"tfob{tag}", f"{subnet}.1"
         self.namespaces = [f"tfo{tag}{i}" for i in range(count)]
         self.links = [f"tfoh{tag}{i}" for i in range(count)]  # this namespace's ends (on the bridge)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
 import pytest
@@ -109,7 +110,7 @@ def test_a_second_run_resumes_tuning(tuned):
     (dict(space={"worker": 1}), "space, extra_knobs and tuning apply only with tune=True, got tune=False"),
 ])
 def test_bad_tuning_input_fails_before_training(cluster, db_path, kwargs, message):
-    before = node_processes()
+    before = node_processes(os.getpid())
     with pytest.raises(ConfigurationError, match=message):
         SlowerLogR().run(db=db_path, cluster=cluster, quiet=True, **kwargs)
-    assert node_processes() == before
+    assert node_processes(os.getpid()) == before
