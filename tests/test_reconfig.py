@@ -268,6 +268,7 @@ def test_a_schedule_cannot_change_the_thread_pools_of_nodes_tfonline_did_not_sta
                        schedule=[(5, {"intra_op_parallelism_threads": other})])
 
 
+@pytest.mark.serial  # beside another worker a live switch took over 300 steps to prepare (one of three was made)
 def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_nodes, db_path):
     """Asynchronous, ps 1 -> 3 -> 2, workers 2 -> 3 -> 2 and a session knob, on a counter every push adds 1 to.
 
@@ -292,9 +293,8 @@ def test_async_switches_go_on_without_a_stop_and_never_count_a_push_twice(five_n
     job = CounterJob()
     # A live switch is made once it is prepared, while the workers train: the steps are far enough apart
     # for that to happen between them (this job takes 100 to 300 steps a second here; preparing a switch,
-    # about a second, and more on a loaded machine: the last switch at step 750 was once not made by 990).
-    # The counter must stay below 1000, where the loss reaches 0.
-    schedule = [(50, {"ps": 3}), (350, {"ps": 2, "worker": 3}), (650, {"worker": 2, "do_function_inlining": False})]
+    # about a second). The counter must stay below 1000, where the loss reaches 0.
+    schedule = [(50, {"ps": 3}), (400, {"ps": 2, "worker": 3}), (750, {"worker": 2, "do_function_inlining": False})]
     result = job.run(setting={"ps": 1, "worker": 2}, db=db_path, cluster=five_nodes, max_steps=990, quiet=True,
                      schedule=schedule, backend=ReadAtTheEnd)
     pushes = result.iterations
