@@ -94,10 +94,7 @@ def read_only(tmpfs):
 
 
 def node_processes(parent: int | None = None) -> set[int]:
-    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given).
-
-    A test that counts what it left compares ``node_processes(os.getpid())`` before and after: ``make test``
-    runs two pytest workers side by side, and the other's nodes come and go meanwhile."""
+    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given)."""
     live, parents = set(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -123,6 +120,24 @@ def node_processes(parent: int | None = None) -> set[int]:
         return False
 
     return {pid for pid in live if descends(pid)}
+
+
+def own_node_processes() -> set[int]:
+    """Pids of the live node processes and fork servers this pytest process started, orphans included.
+
+    Every node inherits ``TMPDIR``, the session's own folder (the fixture above; tfonline passes it on): a
+    test that counts what it left compares this before and after. ``make test`` runs two pytest workers side
+    by side, so the machine-wide :func:`node_processes` sees the other's nodes come and go, and the
+    descendants of ``os.getpid()`` miss a node whose fork server died before it (it is no one's child then)."""
+    ours, own = b"TMPDIR=" + os.fsencode(os.environ["TMPDIR"]), set()
+    for pid in node_processes():
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if ours in f.read().split(b"\0"):
+                    own.add(pid)
+        except OSError:
+            continue  # gone meanwhile
+    return own
 
 
 def after_iterations(db, n, then, timeout_s=120, count="select count(*) from iterations"):

@@ -36,10 +36,12 @@ START_TIMEOUT_S = 120.0
 
 def _free_subnet() -> str:
     """A made-up 10.216.X /24 that no interface here holds: two pytest workers may each have hosts up."""
-    out = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True) if shutil.which("ip") else None
-    held = out.stdout if out is not None and out.returncode == 0 else ""
-    free = [x for x in range(256) if f" 10.216.{x}." not in held]
-    return f"10.216.{random.choice(free or range(256))}"
+    try:
+        held = subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout
+    except OSError:  # no ip: Hosts.__enter__ says so
+        held = ""
+    free = [x for x in range(256) if f" 10.216.{x}." not in held] or range(256)
+    return f"10.216.{random.choice(free)}"
 
 
 class HostsUnavailable(RuntimeError):

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import after_iterations, node_processes
+from conftest import after_iterations, node_processes, own_node_processes
 from jobs import CountdownJob, SlowerLogR, TinyLogR, TunedLogR
 from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
 
@@ -201,13 +201,13 @@ def test_a_step_that_does_not_end_when_the_workers_pause_is_given_up_on_and_the_
 
     monkeypatch.setattr(tfonline._workers, "JOIN_TIMEOUT_S", 1.0)
     caplog.set_level(logging.WARNING, logger="tfonline")
-    before = node_processes(os.getpid())
+    before = own_node_processes()
     start = {"ps": 1, "worker": 2, "intra_op_parallelism_threads": 1, "inter_op_parallelism_threads": 1}
     result = _StuckAtBatch9879().run(db=db_path, nodes=3, setting=start, mode="async", max_steps=1500, quiet=True,
                                      checkpoint_every_s=None,
                                      schedule=[(150, {"inter_op_parallelism_threads": 2})])
     assert result.status == "stopped" and result.stop_reason == "max_steps (1500) reached", result.stop_reason
-    assert node_processes(os.getpid()) == before
+    assert own_node_processes() == before
     assert "worker 1's step did not end within 1 s; its thread is given up on (the step is cancelled when its " \
            "session closes)" in caplog.messages
     (short,) = [s for s, in _rows(db_path, "select s.short from segments g join settings s on s.id = g.setting_id "

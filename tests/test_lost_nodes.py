@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import after_iterations, node_processes
+from conftest import after_iterations, node_processes, own_node_processes
 from jobs import CounterJob, QuadraticJob, TinyLogR
 
 from tfonline.cli import main
@@ -163,12 +163,12 @@ def test_a_node_lost_during_a_switch_sends_the_job_back_to_its_checkpoint(db_pat
                 self.kill()
             super().settle(setting, swap)
 
-    before = node_processes(os.getpid())
+    before = own_node_processes()
     result = CounterJob().run(setting={"ps": 1, "worker": 1}, db=db_path, nodes=3, max_steps=300, quiet=True,
                               mode=mode, schedule=[(100, {"ps": 2}), (250, {"ps": 1, "worker": 2})], backend=KillAt,
                               checkpoint_every_s=0.2)
     assert killed and result.iterations == 300 and result.stop_reason == "max_steps (300) reached"
-    assert node_processes(os.getpid()) == before  # every node it started is stopped
+    assert own_node_processes() == before  # every node it started is stopped
     (at, lost_as, cause, action), = _rows(db_path, "select step, role, cause, action from node_losses")
     assert lost_as == role and at >= 100
     assert re.fullmatch(rf"node {victim} \(127\.0\.0\.1:\d+\) died during the job with exit code -9", cause)

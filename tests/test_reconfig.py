@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 import pytest
-from conftest import node_processes
+from conftest import own_node_processes
 from jobs import CounterJob, CountdownJob, QuadraticJob, SkippingCountdownJob, SlowerLogR, TinyLogR
 
 from tfonline.cluster import LocalCluster, NodeThreads
@@ -248,10 +248,10 @@ def test_tdr_reshards_so_that_no_batch_is_read_twice(five_nodes, db_path):
     ([(5, {"colour": "red"})], r"schedule entry 0 \(step 5\): unknown knob 'colour'"),
 ])
 def test_a_bad_schedule_fails_before_any_node_starts(cluster, db_path, schedule, message):
-    before = node_processes(os.getpid())
+    before = own_node_processes()
     with pytest.raises(ConfigurationError, match=message):
         TinyLogR().run(db=db_path, cluster=cluster, quiet=True, schedule=schedule)
-    assert node_processes(os.getpid()) == before
+    assert own_node_processes() == before
 
 
 def test_a_schedule_is_not_for_a_tuned_run(db_path):

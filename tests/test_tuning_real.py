@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 
 import pytest
-from conftest import node_processes
+from conftest import own_node_processes
 from jobs import SlowerLogR, TunedLogR
 
 from tfonline.exceptions import ConfigurationError
@@ -110,7 +109,7 @@ def test_a_second_run_resumes_tuning(tuned):
     (dict(space={"worker": 1}), "space, extra_knobs and tuning apply only with tune=True, got tune=False"),
 ])
 def test_bad_tuning_input_fails_before_training(cluster, db_path, kwargs, message):
-    before = node_processes(os.getpid())
+    before = own_node_processes()
     with pytest.raises(ConfigurationError, match=message):
         SlowerLogR().run(db=db_path, cluster=cluster, quiet=True, **kwargs)
-    assert node_processes(os.getpid()) == before
+    assert own_node_processes() == before
