@@ -47,7 +47,7 @@ test: install browser
 check-wheel: install
 	PYTHON=$(PYTHON) BUILDER=$(BIN)/python .ci/check-wheel
 
-# The paper's evaluation on this machine (benchmarks/paper.py): quick about 42 min, full about 18 hours;
+# The paper's evaluation on this machine (benchmarks/paper.py): quick about 42 min, full a day or more;
 # results and figures in benchmarks/results/<date>-<mode>.{md,json,png}. bench-full runs in sittings of
 # about 150 minutes (benchmarks/journal.py): each goes on where the last stopped; run it until it says done.
 BENCH_SITTING_MIN ?= 150
