@@ -829,7 +829,7 @@ def main(argv=None) -> int:
                 log(f"{name} deferred: {e}")
                 deferred.append(name)
             else:
-                waiting = (result["workloads"][name]["summary"].get("best_seeds") or {}).get("deferred")
+                waiting = ((result["workloads"][name].get("summary") or {}).get("best_seeds") or {}).get("deferred")
                 if waiting:  # its tables stand; the best setting's runs at the other seeds wait for a like machine
                     log(f"{name}'s best setting at the other seeds deferred: {waiting}")
                     deferred.append(name)

@@ -37,7 +37,7 @@ by chance: the first crossing comes earlier than the trend alone says.
 |---|---|---|---|
 | logr | 0.54, 74 s (the default setting: 62 s) | 0.54 | 0.525 |
 | cnn | 0.06, 51 s | 0.045 | 0.02 |
-| mlp | 0.50, 38 s | 0.47 | 0.45 |
+| mlp | 0.50, 38 s | 0.47 | 0.45 (0.35 at a learning rate of 0.02 since 2026-12-01, below) |
 
 The targets now were set on 2026-11-27 on a machine about four times as
 fast on the CNN as the first one: there the quick bench's best fixed
@@ -75,6 +75,22 @@ the CNN 0.006 at 255.4, **0.005 at 304.3**; the MLP 0.43 at 93.2, **0.42 at
 (a lower target may lie under the MLP's floor). In that run the MLP crossed
 its quick target, 0.45, at 47.8 s, against 83.4 s the day before: its
 iterations to a target vary most. SVM's (0.64) was not measured here.
+
+**The MLP resized, 2026-12-01.** Both its targets lay under the floor of its
+loss's trend, so a job reached them only by a dip of the smoothed loss: a
+wait for luck, not for training. At the learning rate of 0.07 the mean of
+the last 2,000 losses (``sizing.py``'s trend) of the default setting's full
+runs at seeds 0-2 fell to 0.482-0.492 by 52,000-73,000 iterations and no
+lower; seed 2's then rose to 0.515 by 160,000 iterations (700 s) without
+reaching 0.42, while seeds 0 and 1 crossed it by dips at 53,500 and 61,388
+iterations. At 0.02 (``python benchmarks/sizing.py --workloads mlp
+--seconds 420 --learning-rate 0.02``, twice) the trend kept falling:
+0.36 at 106-109 s after start-up, 0.30 at 217 s, 0.26 at 336 s. The
+smoothed loss crossed 0.35 at 77.9 and 81.0 s (**the quick target**) and
+0.22 at 308.6 s (**full**; 0.24 at 252.6 s). It crosses some 0.04 under
+the trend (the most a smoothed loss dips in that many iterations), but the
+trend itself comes down to the target soon after, so the wait is set by
+training.
 """
 
 from __future__ import annotations
@@ -120,15 +136,15 @@ class CNN(_Sized, cnn.CNN):
 
 
 class MLP(_Sized, mlp.MLP):
-    learning_rate = 0.07
-    target_loss = 0.45
+    learning_rate = 0.02
+    target_loss = 0.35
 
 
 SIZED = {"logr": LogR, "svm": SVM, "cnn": CNN, "mlp": MLP}
 # The examples as they are: the benchmark's own test runs these (``--mode smoke``).
 EXAMPLES = {"logr": logr.LogR, "svm": svm.SVM, "cnn": cnn.CNN, "mlp": mlp.MLP}
 # full mode: targets that the sized workloads reach after about 5 minutes at the default setting (svm: not measured).
-FULL_TARGETS = {"logr": 0.485, "svm": 0.64, "cnn": 0.005, "mlp": 0.42}
+FULL_TARGETS = {"logr": 0.485, "svm": 0.64, "cnn": 0.005, "mlp": 0.22}
 
 
 def job(name: str, mode: str):

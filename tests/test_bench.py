@@ -131,6 +131,19 @@ def test_sizing_reads_the_first_crossing_of_each_candidate_after_the_warm_up(siz
     assert crossings[0.4] is None
 
 
+def test_sizing_s_trend_crosses_only_where_the_mean_of_the_last_losses_does_not_where_a_dip_does(sizing):
+    # losses alternating 0.4 and 0.6 (a mean of 0.5) for 60 steps, then 0.45 flat; one step a tenth of a second
+    losses = [0.6 if k % 2 else 0.4 for k in range(60)] + [0.45] * 40
+    rows = [{"step": k + 1, "loss": x, "smoothed_loss": x, "wall_time": 10.0 + 0.1 * k} for k, x in enumerate(losses)]
+    trend = sizing.trend_crossings(rows, [0.5, 0.475, 0.451, 0.4], started=10.0, window=10)
+    assert trend[0.5] == (10, pytest.approx(0.9))  # the first full window: five 0.4s and five 0.6s
+    assert trend[0.475] == (66, pytest.approx(6.5))  # steps 57-66: two 0.4s, two 0.6s and six 0.45s, 0.47
+    assert trend[0.451] == (70, pytest.approx(6.9))  # the first window of 0.45s alone
+    assert trend[0.4] is None  # the 0.4 losses are dips under a trend of 0.5, never the trend
+    assert sizing.first_crossings(rows, [0.4], started=10.0)[0.4] == (51, pytest.approx(5.0))  # the dip crosses
+    assert sizing.trend_crossings(rows[:5], [0.5], started=10.0, window=10) == {0.5: None}  # too short to tell
+
+
 def test_sizing_refuses_an_unknown_workload_in_one_line(sizing, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", [os.path.join(os.path.dirname(BENCH), "sizing.py")])
     with pytest.raises(SystemExit) as exited:
@@ -138,6 +151,11 @@ def test_sizing_refuses_an_unknown_workload_in_one_line(sizing, capsys, monkeypa
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "sizing.py: error: --workloads takes logr, svm, cnn, mlp, got 'nope'")
+    with pytest.raises(SystemExit) as exited:
+        sizing.main(["--workloads", "mlp", "--learning-rate", "0"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "sizing.py: error: --learning-rate takes a number > 0, got 0")
 
 
 # -- a benchmark in sittings (benchmarks/journal.py) ---------------------------------------------------------------

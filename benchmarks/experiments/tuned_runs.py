@@ -32,6 +32,8 @@ def describe(db, job: dict, settings: dict[str, tuple[dict, str]]) -> list[str]:
         "select from_job_id from inheritances where job_id = ? and start = 1", [job["id"]])]
     by_workers: dict[int, list[float]] = defaultdict(lambda: [0, 0.0])
     for s in segments:
+        if s["end_step"] is None:  # the segment a running job is in
+            continue
         ran = by_workers[settings[s["setting_id"]][0]["worker"]]
         ran[0] += s["end_step"] - s["start_step"]
         ran[1] += s["ended_at"] - s["started_at"]
