@@ -425,7 +425,8 @@ def _best_seeds_table(result: dict) -> list[str]:
         b, r = s["best_seeds"], s["ratios"]
         runs = ", ".join(f"{t:.1f}" + ("" if status == "converged" else " (cap)")
                          for t, status in zip(b["times_s"], b["statuses"]))
-        mean = _fmt(b["mean_s"]) if b["mean_s"] is not None else "- (the other seeds deferred)"
+        mean = (_fmt(b["mean_s"]) if b["mean_s"] is not None else f"- (not run: {b['skipped']})"
+                if b.get("skipped") else "- (the other seeds deferred)")
         lines.append(f"| {name} | {b['setting']} (fixed/{b['fixed_index']}) | {runs} | {mean} | "
                      f"{_fmt(b['spread'], '.0%')} | {_fmt(r.get('tfonline_over_best_mean'), '.2f')}x | "
                      f"{_fmt(r.get('gain_captured_best_mean'), '.0%')} |")
@@ -603,24 +604,31 @@ def _best_seeds(name: str, mode: str, seeds: int, drawn: list[dict], fixed: list
     the best setting (on the CNN the order of asynchronous updates alone moved one setting's iterations to the
     target 1.9x, NOTES.md). Its runs again are capped as the fixed runs are (a capped one counts at the cap) and
     not rated for Table VI, which rates R distinct settings. None where no random setting converged or there is
-    one seed. ``deferred``: why the runs still to come wait for another sitting (:class:`_Deferred`)."""
+    one seed. ``deferred``: why the runs still to come wait for another sitting (:class:`_Deferred`);
+    ``skipped``: why they are not run at all (a workload whose runs were all kept before its first speed check:
+    a check now would become its reference, on whatever machine this is)."""
     converged = [i for i, row in enumerate(fixed) if row["status"] == "converged"]
     if not converged or seeds < 2:
         return None
     index = min(converged, key=lambda i: fixed[i]["completion_time_s"])
-    log(f"{name}: the best random setting (fixed/{index}) again at seeds 1-{seeds - 1}, capped at {cap:.0f} s")
-    runs, deferred = [fixed[index]], None
-    try:
-        for seed in range(1, seeds):
-            runs.append(kept(f"{name}/best/{index}/{seed}", lambda seed=seed: _fixed(
-                name, mode, drawn[index], cap, fixed_db, log, seed=seed, rate=False)))
-    except _Deferred as e:
-        deferred = str(e)
+    runs, deferred, skipped = [fixed[index]], None, None
+    if getattr(kept, "check", None) and kept.book.reference_speed(name) is None:
+        # Every run of the workload was kept before any check of its speed: no sitting can tell a machine like theirs.
+        skipped = "its runs were kept before the speed checks began, on a machine no check measured"
+        log(f"{name}: the best random setting (fixed/{index}) is not run again: {skipped}")
+    else:
+        log(f"{name}: the best random setting (fixed/{index}) again at seeds 1-{seeds - 1}, capped at {cap:.0f} s")
+        try:
+            for seed in range(1, seeds):
+                runs.append(kept(f"{name}/best/{index}/{seed}", lambda seed=seed: _fixed(
+                    name, mode, drawn[index], cap, fixed_db, log, seed=seed, rate=False)))
+        except _Deferred as e:
+            deferred = str(e)
     times = [row["completion_time_s"] if row["status"] == "converged" else cap for row in runs]
     done = len(runs) == seeds
     return {"fixed_index": index, "setting": fixed[index]["setting"], "times_s": times,
             "statuses": [row["status"] for row in runs], "mean_s": statistics.mean(times) if done else None,
-            "spread": _spread(times) if done else None, "deferred": deferred}
+            "spread": _spread(times) if done else None, "deferred": deferred, "skipped": skipped}
 
 
 def _best_mean_ratios(summary: dict) -> dict:

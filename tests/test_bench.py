@@ -456,7 +456,8 @@ def test_a_sitting_whose_best_setting_runs_are_deferred_keeps_the_workload_s_tab
     monkeypatch.setattr(paper, "_machine", lambda: {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
                                                      "tensorflow": "2", "nodes": 4})  # no TensorFlow import
     monkeypatch.setattr(paper, "draw_settings", lambda space, count, seed: [{"x": 1}, {"x": 2}])
-    monkeypatch.setattr(paper.speed, "measure", lambda name, mode: None)  # no speed check runs a job
+    monkeypatch.setattr(paper.speed, "measure", lambda name, mode: {"time_per_iteration_s": 0.003,
+                                                                     "iterations": 100})  # no check runs a job
     monkeypatch.setattr(sys, "argv", [BENCH])
     status = paper.main(["--mode", "full", "--workloads", "logr", "--fixed", "2", "--seeds", "3",
                          "--out", str(tmp_path)])
@@ -469,3 +470,30 @@ def test_a_sitting_whose_best_setting_runs_are_deferred_keeps_the_workload_s_tab
     assert "| logr | x2 (fixed/1) | 80.0, 110.0 | - (the other seeds deferred) | - | -x | - |" in text
     assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
     assert "the best setting's mean" not in text.split("## Against the targets")[1].split("##")[0]
+
+
+def test_a_workload_whose_runs_all_predate_the_speed_checks_does_not_run_its_best_setting_again(
+        journal, paper, tmp_path, monkeypatch):
+    """A check made now would become such a workload's reference on whatever machine this is, and its runs here
+    would be set beside runs of a machine nobody measured: the best setting is not run again, and says why."""
+    book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), FULL)
+    for key in ("logr/tuned/0", "logr/tuned/1", "logr/tuned/2", "logr/checkpoint"):
+        book.record(key, _row("converged", 100.0))
+    for key, t in (("logr/start", 120.0), ("logr/start/1", 125.0), ("logr/start/2", 118.0), ("logr/fixed/0", 150.0),
+                   ("logr/fixed/1", 80.0)):
+        book.record(key, _row("converged", t, setting="x2" if key == "logr/fixed/1" else "s"))
+    checked, said = [], []
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, calls := []))
+    w = paper._real("logr", "full", 3, [{"x": 1}, {"x": 2}], str(tmp_path / "t.db"), str(tmp_path / "f.db"),
+                    said.append, kept=paper.Kept(book, said.append, check=lambda name: checked.append(name)))
+    assert calls == [] and checked == []  # nothing ran, so no check became logr's reference
+    b = w["summary"]["best_seeds"]
+    assert b["mean_s"] is None and b["deferred"] is None and b["times_s"] == [80.0]
+    assert b["skipped"] == "its runs were kept before the speed checks began, on a machine no check measured"
+    assert f"logr: the best random setting (fixed/1) is not run again: {b['skipped']}" in said
+    assert "tfonline_over_best_mean" not in w["summary"]["ratios"]
+    assert ("| logr | x2 (fixed/1) | 80.0 | - (not run: its runs were kept before the speed checks began, on a "
+            "machine no check measured) | - | -x | - |") in paper.markdown(
+        {"mode": "full", "date": "2026-12-01", "fixed_settings": 2, "seeds": 3, "wall_s": 60.0, "cap_factor": 10,
+         "workloads": {"logr": w}, "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
+                                               "tensorflow": "2", "nodes": 4}})
