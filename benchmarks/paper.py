@@ -612,8 +612,9 @@ def _best_seeds(name: str, mode: str, seeds: int, drawn: list[dict], fixed: list
         return None
     index = min(converged, key=lambda i: fixed[i]["completion_time_s"])
     runs, deferred, skipped = [fixed[index]], None, None
-    if getattr(kept, "check", None) and kept.book.reference_speed(name) is None:
+    if getattr(kept, "check", None) and name not in kept.checked and kept.book.reference_speed(name) is None:
         # Every run of the workload was kept before any check of its speed: no sitting can tell a machine like theirs.
+        # (A check that failed in this sitting left its runs here unchecked too: those below go on like them.)
         skipped = "its runs were kept before the speed checks began, on a machine no check measured"
         log(f"{name}: the best random setting (fixed/{index}) is not run again: {skipped}")
     else:

@@ -497,3 +497,22 @@ def test_a_workload_whose_runs_all_predate_the_speed_checks_does_not_run_its_bes
         {"mode": "full", "date": "2026-12-01", "fixed_settings": 2, "seeds": 3, "wall_s": 60.0, "cap_factor": 10,
          "workloads": {"logr": w}, "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
                                                "tensorflow": "2", "nodes": 4}})
+
+
+def test_a_sitting_whose_speed_check_failed_runs_the_best_setting_again_like_its_other_runs(
+        journal, paper, tmp_path, monkeypatch):
+    """A check that fails checks nothing: the sitting's runs go on unchecked, and the best setting's with them."""
+    monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 100.0))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, calls := []))
+
+    def broken(name):
+        raise RuntimeError("no cluster")
+
+    said = []
+    w = paper._real("logr", "full", 3, [{"x": 1}, {"x": 2}], str(tmp_path / "t.db"), str(tmp_path / "f.db"),
+                    said.append, kept=paper.Kept(journal.Journal.start(str(tmp_path / "j-runs.jsonl"), FULL),
+                                                 said.append, check=broken))
+    assert "    no speed check of logr: RuntimeError: no cluster" in said
+    assert calls[-2:] == [(2, 1, False), (2, 2, False)]
+    assert w["summary"]["best_seeds"]["skipped"] is None and w["summary"]["best_seeds"]["mean_s"] == pytest.approx(
+        280 / 3)
