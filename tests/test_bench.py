@@ -392,19 +392,15 @@ def test_a_sitting_s_revision_is_marked_changed_by_code_not_by_the_benchmark_s_o
     assert paper._revision() == clean + "+"
 
 
-def _fake_fixed(times, calls, deferred_at=None):
+def _fake_fixed(paper, times, calls, deferred_at=None):
     """A stand-in for one fixed run: ``times`` by (the setting's "x", or None for the default; seed)."""
     def fixed(name, mode, setting, cap, fixed_db, log, seed=0, rate=True):
         x = None if setting is None else setting["x"]
         if (x, seed) == deferred_at:
-            raise _paper()._Deferred("logr's speed check expected 3.0 ms per iteration within 1.25x, got 6.0 ms")
+            raise paper._Deferred("logr's speed check expected 3.0 ms per iteration within 1.25x, got 6.0 ms")
         calls.append((x, seed, rate))
         return dict(_row("converged", times[x, seed], setting="default" if x is None else f"x{x}"))
     return fixed
-
-
-def _paper():
-    return _bench_module("paper")
 
 
 FULL = {"mode": "full", "workloads": "logr", "fixed": 2, "seeds": 3, "draw_seed": 2026}
@@ -416,7 +412,7 @@ def test_the_best_setting_runs_again_at_each_tuned_seed_and_is_set_against_the_t
         journal, paper, tmp_path, monkeypatch):
     monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 100.0))  # tuned and checkpoint
     calls = []
-    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, calls))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(paper, TIMES, calls))
     path, dbs = str(tmp_path / "j-runs.jsonl"), (str(tmp_path / "t.db"), str(tmp_path / "f.db"))
     w = paper._real("logr", "full", 3, [{"x": 1}, {"x": 2}], *dbs, lambda message: None,
                     kept=paper.Kept(journal.Journal.start(path, FULL), log=lambda message: None))
@@ -452,7 +448,7 @@ def test_a_sitting_whose_best_setting_runs_are_deferred_keeps_the_workload_s_tab
     """On another machine the best setting's runs at the other seeds wait (a speed check defers them): the
     workload's tables stand, without that mean, and the sitting says the benchmark is not done."""
     monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 100.0))
-    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, [], deferred_at=(2, 2)))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(paper, TIMES, [], deferred_at=(2, 2)))
     monkeypatch.setattr(paper, "_machine", lambda: {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
                                                      "tensorflow": "2", "nodes": 4})  # no TensorFlow import
     monkeypatch.setattr(paper, "draw_settings", lambda space, count, seed: [{"x": 1}, {"x": 2}])
@@ -483,7 +479,7 @@ def test_a_workload_whose_runs_all_predate_the_speed_checks_does_not_run_its_bes
                    ("logr/fixed/1", 80.0)):
         book.record(key, _row("converged", t, setting="x2" if key == "logr/fixed/1" else "s"))
     checked, said = [], []
-    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, calls := []))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(paper, TIMES, calls := []))
     w = paper._real("logr", "full", 3, [{"x": 1}, {"x": 2}], str(tmp_path / "t.db"), str(tmp_path / "f.db"),
                     said.append, kept=paper.Kept(book, said.append, check=lambda name: checked.append(name)))
     assert calls == [] and checked == []  # nothing ran, so no check became logr's reference
@@ -503,7 +499,7 @@ def test_a_sitting_whose_speed_check_failed_runs_the_best_setting_again_like_its
         journal, paper, tmp_path, monkeypatch):
     """A check that fails checks nothing: the sitting's runs go on unchecked, and the best setting's with them."""
     monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: _row("converged", 100.0))
-    monkeypatch.setattr(paper, "_fixed", _fake_fixed(TIMES, calls := []))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(paper, TIMES, calls := []))
 
     def broken(name):
         raise RuntimeError("no cluster")
