@@ -142,6 +142,11 @@ class Journal:
         self.runs[key] = row
         self._append({"run": key, "row": row, "elapsed_s": self.elapsed_s})
 
+    def retrace(self, key: str, traces: dict) -> None:
+        """Replaces the traces of kept run ``key`` (a later line of the traces' file wins over an earlier)."""
+        self.traces[key] = traces
+        _append(_traces_path(self.path), {"run": key, "traces": traces})
+
     def begin_sitting(self, revision: str | None = None, **facts) -> None:
         """Notes what this sitting ran on (the code's revision, the date) in the journal."""
         if revision and revision not in self.revisions:

@@ -512,3 +512,54 @@ def test_a_sitting_whose_speed_check_failed_runs_the_best_setting_again_like_its
     assert calls[-2:] == [(2, 1, False), (2, 2, False)]
     assert w["summary"]["best_seeds"]["skipped"] is None and w["summary"]["best_seeds"]["mean_s"] == pytest.approx(
         280 / 3)
+
+
+def _rating(errors, segment=60):
+    return {"training_time_s": 10.0, "segment": segment, "predicted_s": [5.0, 4.0],
+            "relative_error": {"0.25": errors[0], "0.5": errors[1], "0.75": errors[2]}}
+
+
+def test_the_eta_with_the_jobs_earlier_runs_is_rated_beside_the_estimators_and_is_what_the_target_reads(paper):
+    """Table VI keeps each estimator's errors, and beside them the ETA's (hogwild with the job's earlier runs);
+    the target reads the ETA's where every rated run has them, the estimator's alone where some were rated
+    before the ETA took earlier runs, and its row says which."""
+    def run(hogwild, eta, earlier):
+        ratings = {name: _rating(hogwild) for name in ("hogwild", "loss-curve")}
+        if eta is not None:
+            ratings["eta"] = {"earlier_runs": earlier, "relative_error": dict(_rating(eta)["relative_error"])}
+        return {"ratings": ratings}
+
+    both = paper._table_vi([run((0.3, 0.2, 0.1), (0.3, 0.2, 0.1), 0), run((0.5, 0.4, 0.3), (0.1, 0.2, 0.15), 2),
+                            run((0.7, 0.6, 0.5), (0.2, 0.1, 0.05), 3)])
+    assert both["eta"] == {"runs": 3, "with_earlier_runs": 2,
+                           "median_relative_error": {"0.25": 0.2, "0.5": 0.2, "0.75": 0.1}}
+    assert both["hogwild"]["median_relative_error"] == {"0.25": 0.5, "0.5": 0.4, "0.75": 0.3}
+    summary = {"ratios": {}}
+    (row,) = paper._targets({"summary": summary, "table_vi": both})
+    assert row == ("ETA error share, with the job's earlier runs (worst of 25 / 50 / 75%)", 0.2, "<=", 0.25, True)
+    older = paper._table_vi([run((0.3, 0.2, 0.1), None, 0), run((0.5, 0.4, 0.3), (0.1, 0.2, 0.15), 2)])
+    (row,) = paper._targets({"summary": summary, "table_vi": older})
+    assert row[0].startswith("ETA error share, hogwild alone (worst of 25 / 50 / 75%; rated before the ETA took")
+    assert row[1:] == (0.4, "<=", 0.25, False)
+
+
+def test_runs_rated_before_the_eta_took_earlier_runs_get_its_errors_from_the_repository(journal, paper, tmp_path,
+                                                                                       monkeypatch):
+    book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), CONFIG)
+    for key, job_id in (("logr/fixed/0", "j0"), ("logr/fixed/1", "j1"), ("logr/fixed/2", None)):
+        book.record(key, dict(_row("converged", 20.0), **({"job_id": job_id} if job_id else {})),
+                    {"ratings": {"hogwild": _rating((0.3, 0.2, 0.1))}})
+
+    def mend(db, job_id, ratings):
+        if job_id == "j1":
+            raise OSError("the repository is gone")
+        return dict(ratings, eta={"earlier_runs": 2, "relative_error": {"0.25": 0.1, "0.5": 0.1, "0.75": 0.1}})
+
+    monkeypatch.setattr(paper, "_mend_eta", mend)
+    said = []
+    paper._mend_etas(book, ["logr/fixed/0", "logr/fixed/1", "logr/fixed/2"], "f.db", said.append)
+    assert said == ["    no ETA ratings kept: OSError: the repository is gone"]
+    traces = journal.Journal.resume(book.path, CONFIG).traces
+    assert traces["logr/fixed/0"]["ratings"]["eta"]["earlier_runs"] == 2
+    assert traces["logr/fixed/0"]["ratings"]["hogwild"] == _rating((0.3, 0.2, 0.1))  # the rest kept as it was
+    assert "eta" not in traces["logr/fixed/1"]["ratings"] and "eta" not in traces["logr/fixed/2"]["ratings"]

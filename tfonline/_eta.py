@@ -13,6 +13,7 @@ from typing import Callable
 
 from tfonline._recorder import Recorder
 from tfonline._state import TrainingState
+from tfonline.estimator._prior import IterationsPrior, earlier_runs
 from tfonline.exceptions import essence
 from tfonline.progress import Status, Ticker, make_view
 from tfonline.setting import short_form
@@ -23,17 +24,31 @@ ESTIMATE_INTERVAL_S = 1.0
 ESTIMATE_SHARE = 0.02  # at most this share of the monitor thread's time goes to estimates
 
 
+def prior_for(repo, job_id: str, name: str, target_loss: float, estimator: str | None) -> IterationsPrior | None:
+    """The prior of the converged runs of job ``name`` to ``target_loss`` in ``repo``, but ``job_id``'s own, with
+    the answers ``estimator`` gave them; None with too few, or when the repository cannot say (logged: the
+    ETA goes on from the curve alone)."""
+    try:
+        return IterationsPrior.of(earlier_runs(repo, name, target_loss, estimator, exclude=job_id))
+    except Exception as e:  # noqa: BLE001 (a helper's failure costs the prior, not the job)
+        logger.warning("the ETA goes on without the job's earlier runs: %s: %s", type(e).__name__, essence(str(e)))
+        return None
+
+
 class Progress:
     """Estimates the time left (``estimator``, a :class:`tfonline.estimator.BaseEstimator` or None) and
     shows the job's progress, unless ``quiet``.
 
     ``workers`` says how many workers the current setting has: an estimate
-    waits for at least 3 new iterations per worker.
+    waits for at least 3 new iterations per worker. ``prior``: what the
+    job's earlier converged runs say of its iterations
+    (:class:`tfonline.estimator._prior.IterationsPrior`, :func:`prior_for`),
+    taken with each of the estimator's answers; None without.
     """
 
     def __init__(self, job, state: TrainingState, recorder: Recorder, estimator, workers: Callable[[], int],
-                 started: float):
-        self.job, self.state, self.recorder, self.estimator = job, state, recorder, estimator
+                 started: float, prior: IterationsPrior | None = None):
+        self.job, self.state, self.recorder, self.estimator, self.prior = job, state, recorder, estimator, prior
         self.workers, self.started = workers, started
         self.last: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
         self._failed = False
@@ -91,9 +106,9 @@ class Progress:
         earlier = (earlier_steps, earlier_losses) if earlier_steps.size else None
         try:
             self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
-            remaining = self.estimator.iterations_to_cross(current, self.job.target_loss, self.job.smoothing_window)
-            if remaining is not None:
-                remaining = float(remaining)
+            curve = self.estimator.iterations_to_cross(current, self.job.target_loss, self.job.smoothing_window)
+            curve = None if curve is None else float(curve)
+            remaining = curve if self.prior is None else self.prior.combine(float(steps[-1]), curve)
         except Exception as e:  # a plug-in's bug costs the ETA, not the job
             self._failed = True
             reason = f"the estimator {self.estimator.name!r} failed: {type(e).__name__}: {essence(str(e))}"
@@ -104,7 +119,7 @@ class Progress:
         remaining_s = None if remaining is None else remaining * per_iteration_s
         self.last = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
         self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
-                               remaining_iterations=remaining, remaining_s=remaining_s)
+                               remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve)
 
     def status(self) -> Status:
         """What the progress display shows now."""

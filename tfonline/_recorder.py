@@ -108,10 +108,12 @@ class Recorder:
             "exec_time_s": exec_time_s, "loss": loss, "smoothed_loss": smoothed_loss, "wall_time": wall_time,
         })
 
-    def estimate(self, *, step: int, estimator: str, loss: float, remaining_iterations, remaining_s) -> None:
+    def estimate(self, *, step: int, estimator: str, loss: float, remaining_iterations, remaining_s,
+                 curve_iterations=None) -> None:
         self.repo.insert("estimates", {
             "job_id": self.job_id, "step": step, "estimator": estimator, "loss": loss,
-            "remaining_iterations": remaining_iterations, "remaining_s": remaining_s, "wall_time": self.clock(),
+            "remaining_iterations": remaining_iterations, "remaining_s": remaining_s,
+            "curve_iterations": curve_iterations, "wall_time": self.clock(),
         }, replace=True)
 
     def triple(self, triple, segment: int, estimator: str) -> None:

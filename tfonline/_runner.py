@@ -30,7 +30,7 @@ import tensorflow as tf
 from tfonline import _graph, _resume, tf_config
 from tfonline._calls import (CLEANUP_TIMEOUT_S, each_step, reset_node, side_by_side, signals_as_interrupts,
                              threads_of)
-from tfonline._eta import Progress
+from tfonline._eta import Progress, prior_for
 from tfonline._evaluation import check_metrics, evaluates
 from tfonline._keeper import Keeper
 from tfonline._monitor import Monitor
@@ -313,8 +313,10 @@ class Runner:
         workers = Workers(state)
         switcher = Switcher(state, workers, self.backend, self.cluster, self.recorder,
                             self.space.knobs if self.space is not None else {})
+        prior = prior_for(self.recorder.repo, self.job_id, self.job.name, self.job.target_loss,
+                          self.estimator.name) if self.estimator is not None else None
         self.progress = Progress(self.job, state, self.recorder, self.estimator, lambda: len(self.engine.graphs),
-                                 self._t0)
+                                 self._t0, prior)
         self.progress.show(self.quiet)
         knobs = self.space.knobs if self.space is not None else knob_table(self.cluster.node_count, self._cores())
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,

@@ -16,7 +16,10 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``segments``: the iterations run under one setting, in order.
 - ``iterations``: one global step: worker, setting, execution time, loss.
 - ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
-  the setting changes and the progress estimates (filled by later parts);
+  the setting changes and the progress estimates (filled by later parts;
+  an estimate's ``remaining_iterations`` is the ETA's, ``curve_iterations``
+  the estimator's own answer before the job's earlier runs were taken
+  with it: :mod:`tfonline.estimator._prior`; version 13);
   ``gp_fits``: the GP's hyperparameters each time a decision fitted them.
 - ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
   which step, what writing one cost, the training state to resume from)
@@ -41,7 +44,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 12
+SCHEMA_VERSION = 13
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -215,6 +218,7 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "loss": float,
             "remaining_iterations": float,
             "remaining_s": float,
+            "curve_iterations": float,
             "wall_time": float,
         },
         ("job_id", "step", "estimator"),

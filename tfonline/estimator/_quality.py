@@ -30,6 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from tfonline.estimator import get_estimator
+from tfonline.estimator._prior import IterationsPrior, earlier_runs
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 
@@ -45,6 +46,8 @@ class Run:
     losses: np.ndarray
     smoothed: np.ndarray
     walls: np.ndarray
+    name: str | None = None  # the job's name and start: where its earlier runs are found (:func:`prior_of`)
+    started_at: float | None = None
 
     @property
     def training_time_s(self) -> float:
@@ -101,14 +104,25 @@ def _load(repo: Repository, job: dict) -> Run | None:
     if len(rows) < 2:
         return None
     data = np.array([(r["step"], r["loss"], r["smoothed_loss"], r["wall_time"]) for r in rows], dtype=float)
-    return Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T)
+    return Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T, name=job["name"],
+               started_at=job["started_at"])
 
 
-def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
-    """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration)."""
+def prior_of(repo: Repository, run: Run, estimator: str) -> IterationsPrior | None:
+    """What the converged runs of ``run``'s job that started before it say of its iterations, with the answers
+    ``estimator`` (its name) gave them as they ran (:class:`IterationsPrior`; None with too few)."""
+    return IterationsPrior.of(earlier_runs(repo, run.name, run.target_loss, estimator, run.started_at,
+                                           exclude=run.job_id))
+
+
+def _predict(estimator, run: Run, lo: int, hi: int, prior: IterationsPrior | None = None) -> tuple[float | None, float]:
+    """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration). ``prior``: the
+    earlier runs' iterations to the target, taken with the curve's answer (:class:`IterationsPrior`)."""
     est = estimator.fit(run.steps[lo:hi], run.losses[lo:hi], start_step=run.steps[lo] - 1,
                         start_loss=run.losses[lo], history=(run.steps[:lo], run.losses[:lo]))
     remaining = est.iterations_to_cross(float(run.smoothed[hi - 1]), run.target_loss, run.smoothing_window)
+    if prior is not None:
+        remaining = prior.combine(float(run.steps[hi - 1]), remaining)
     per_iteration_s = float(run.walls[hi - 1] - run.walls[lo]) / max(1.0, float(run.steps[hi - 1] - run.steps[lo]))
     return remaining, per_iteration_s
 
@@ -126,20 +140,28 @@ class RunRating:
     relative_error: dict[float, float | None]
 
 
-def rate_run(run: Run, estimator, segment: int) -> RunRating:
+def rate_run(run: Run, estimator, segment: int, prior: IterationsPrior | None = None) -> RunRating:
     """What ``estimator`` (an estimator object, :func:`~tfonline.estimator.get_estimator`) predicts of ``run``
-    in segments of ``segment`` iterations, and how far it is off at each of :data:`FRACTIONS`."""
+    in segments of ``segment`` iterations, and how far it is off at each of :data:`FRACTIONS`; ``prior``: the
+    earlier runs' (:class:`IterationsPrior`), taken with every answer of the estimator, as the ETA takes it."""
     predicted = []
     for m in range(run.steps.size // segment):
-        remaining, per_iteration_s = _predict(estimator, run, m * segment, (m + 1) * segment)
+        remaining, per_iteration_s = _predict(estimator, run, m * segment, (m + 1) * segment, prior)
         predicted.append(None if remaining is None else remaining * per_iteration_s)
+    return RunRating(run.training_time_s, segment, predicted, relative_errors(run, estimator, segment, prior))
+
+
+def relative_errors(run: Run, estimator, segment: int, prior: IterationsPrior | None = None) -> dict[float, float | None]:
+    """At each of :data:`FRACTIONS` of ``run``: ``|predicted − actual| / actual`` of its remaining iterations,
+    the estimator fitted on the ``segment`` iterations before (None: no estimate there)."""
     errors: dict[float, float | None] = {}
     for fraction in FRACTIONS:
         cut = int(run.steps.size * fraction)
         lo = max(0, cut - segment)
-        remaining, actual = (_predict(estimator, run, lo, cut)[0] if cut - lo >= 2 else None), run.steps.size - cut
+        remaining = _predict(estimator, run, lo, cut, prior)[0] if cut - lo >= 2 else None
+        actual = run.steps.size - cut
         errors[fraction] = None if remaining is None or actual <= 0 else abs(remaining - actual) / actual
-    return RunRating(run.training_time_s, segment, predicted, errors)
+    return errors
 
 
 def combine(estimator_name: str, ratings: list[RunRating]) -> Quality:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tfonline._decisions import record_decision
-from tfonline._eta import Progress
+from tfonline._eta import Progress, prior_for
 from tfonline._recorder import Recorder
 from tfonline._state import SmoothedLoss, Stop, TrainingState
 from tfonline.estimator import get_estimator
@@ -162,7 +162,8 @@ class Simulation:
         self.state = TrainingState(self.job, self.recorder, self.space.start(setting), sync=workload.speed.sync,
                                    max_steps=None, patience=None)
         self.progress = Progress(self.job, self.state, self.recorder, get_estimator(estimator),
-                                 lambda: self.state.setting["worker"], self.started_at)
+                                 lambda: self.state.setting["worker"], self.started_at,
+                                 prior_for(repo, self.job_id, workload.name, workload.target_loss, estimator))
         self.estimator_name = estimator
         self.manager = None
         self._progress = 0.0  # the loss curve's progress so far

@@ -1,0 +1,202 @@
+"""The ETA's error with and without a job's earlier runs (:mod:`tfonline.estimator._prior`), on kept runs.
+
+    python benchmarks/experiments/eta_prior.py benchmarks/results/<stem>-fixed.db [JOB_NAME ...]
+    python benchmarks/experiments/eta_prior.py --journal benchmarks/results/<stem> [--set-aside]
+    python benchmarks/experiments/eta_prior.py --estimates benchmarks/results/<stem>-tuned.db [JOB_NAME ...]
+
+For each job name (all in the repository when none is given), every
+converged run, oldest first, is rated as Table VI rates it
+(:func:`tfonline.estimator._quality.relative_errors`, the hogwild estimator,
+segments of 60 iterations): once by the curve alone, once with the prior of
+the converged runs of the job that started before it. Prints each run's
+errors at 25 / 50 / 75% and, per job, their medians over the runs that had
+a prior. Reads only; about a second a run of 150,000 iterations.
+
+``--journal``: the same, for a full benchmark whose fixed runs' repository
+is gone with an earlier machine, from what its journal kept
+(:func:`from_journal`).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+
+import numpy as np
+
+from tfonline.estimator import get_estimator
+from tfonline.estimator._prior import EarlierRun, IterationsPrior, earlier_runs
+from tfonline.estimator._quality import FRACTIONS, load_runs, prior_of, relative_errors
+from tfonline.repository import Repository
+
+SEGMENT = 60  # the benchmark's RANK_SEGMENT
+
+
+def _text(errors: dict) -> str:
+    return " / ".join("-" if errors[f] is None else f"{errors[f]:.2f}" for f in FRACTIONS)
+
+
+def _medians(rows: list[dict]) -> str:
+    medians = {}
+    for f in FRACTIONS:
+        values = [r[f] for r in rows if r[f] is not None]
+        medians[f] = statistics.median(values) if values else None
+    return _text(medians)
+
+
+def from_journal(stem: str, set_aside: bool = False) -> None:
+    """Each converged fixed run the journal ``<stem>-runs.jsonl`` keeps (start, random and best settings), in the
+    order kept, rated from its traces (``<stem>-traces.jsonl``), where a run kept the hogwild estimator's
+    predicted time left at the end of each segment of 60 iterations and its relative error at 25 / 50 / 75%:
+
+    - the curve's iterations left at each segment's end are that time over the run's mean time per iteration
+      (a fixed run's pace hardly moves), and they stand for the answers the run would have recorded;
+    - at 25 / 50 / 75% the answer is read back from the relative error (which has lost the sign; the
+      segment's answer, at most 59 iterations before, chooses it);
+    - the prior is that of the workload's converged fixed runs kept before it, as the product takes it.
+
+    A run's iterations stand for its recorded iterations (the same in an asynchronous job). The runs a
+    ``--redo`` set aside are left out (``set_aside``: rated too, each redo's runs with a prior of their own, as in
+    a repository of their own)."""
+    runs: list[tuple[str, int, dict]] = []  # (key, the workload's redo epoch, row), in the order kept
+    epochs: dict[str, int] = {}
+    with open(stem + "-runs.jsonl") as f:
+        for line in map(json.loads, f):
+            if "redo" in line:
+                workload = line["redo"].split("/")[0]
+                epochs[workload] = epochs.get(workload, 0) + 1
+                if not set_aside:
+                    runs = [r for r in runs if r[0].split("/")[0] != workload]
+            elif "run" in line:
+                runs.append((line["run"], epochs.get(line["run"].split("/")[0], 0), line["row"]))
+    traces: dict[str, list[dict]] = {}  # a key's traces, in the order kept (a redone key has several)
+    with open(stem + "-traces.jsonl") as f:
+        for line in map(json.loads, f):
+            traces.setdefault(line["run"], []).append(line["traces"])
+    seen: dict[str, int] = {}
+    for workload, epoch in dict.fromkeys((key.split("/")[0], epoch) for key, epoch, _ in runs):
+        earlier, curve_rows, both_rows, unsure = [], [], [], 0
+        print(f"{workload} (epoch {epoch}): curve alone | the ETA with the earlier runs (runs; their iterations' "
+              f"spread)")
+        for key, run_epoch, row in runs:
+            if key.split("/")[0] != workload or run_epoch != epoch or key.split("/")[1] not in ("start", "fixed", "best"):
+                continue
+            kept = traces.get(key, [])
+            trace = kept[seen.get(key, 0)] if seen.get(key, 0) < len(kept) else {}
+            seen[key] = seen.get(key, 0) + 1 if kept else 0
+            if row["status"] != "converged":
+                continue
+            total = row["iterations"]
+            rating = (trace.get("ratings") or {}).get("hogwild")
+            prior = IterationsPrior.of(earlier)
+            if not rating:
+                earlier.append(total)
+                continue
+            pace, segment = rating["training_time_s"] / total, rating["segment"]
+            answers = [(segment * (m + 1), said / pace) for m, said in enumerate(rating["predicted_s"])
+                       if said is not None]
+            earlier.append(EarlierRun(total, *np.array(answers, dtype=float).reshape(-1, 2).T))
+            curve, both = {}, {}
+            for f in FRACTIONS:
+                error = rating["relative_error"].get(str(f))
+                cut = int(total * f)
+                actual = total - cut
+                m = cut // segment - 1
+                said = rating["predicted_s"][m] if 0 <= m < len(rating["predicted_s"]) else None
+                curve[f] = error
+                if error is None:
+                    both[f] = None
+                    continue
+                if said is None:
+                    unsure += 1
+                guess = actual * (1 + error) if said is None else said / pace
+                predicted = min((actual * (1 + error), actual * (1 - error)), key=lambda p: abs(p - guess))
+                if prior is not None:
+                    both[f] = abs(prior.combine(cut, max(predicted, 0.0)) - actual) / actual
+            about = f"{prior.runs} runs, sd {prior.sd_log:.2f}" if prior else "no prior"
+            print(f"  {key:<16} {total:>7} it  {_text(curve)}  |  {_text(both) if prior else '-'}  ({about})")
+            if prior is not None:
+                curve_rows.append(curve)
+                both_rows.append(both)
+        if both_rows:
+            print(f"  median over the {len(both_rows)} runs with a prior: curve {_medians(curve_rows)}; the ETA "
+                  f"{_medians(both_rows)}" + (f" ({unsure} signs guessed)" if unsure else ""))
+
+
+def from_estimates(path: str, names: list[str]) -> None:
+    """Each converged job of a repository, oldest first, by what its ETA recorded as it ran (the ``estimates``
+    table): at 25 / 50 / 75% of its iterations the last answer at or before, alone and taken with the prior of
+    the converged jobs of its name that started before it (each with the answers it recorded), as the ETA now
+    takes it. Rates a repository's tuned jobs, which Table VI does not."""
+    repo = Repository(path, create=False)
+    try:
+        for name in names or sorted({j["name"] for j in repo.jobs()}):
+            jobs = [j for j in repo.jobs(name) if j["status"] == "converged" and j["iterations"]]
+            curve_rows, both_rows = [], []
+            print(f"{name}: the recorded answers alone | the ETA with the earlier runs (runs)")
+            for job in jobs:
+                runs = earlier_runs(repo, name, job["target_loss"], "hogwild", job["started_at"], exclude=job["id"])
+                mine = earlier_runs(repo, name, job["target_loss"], "hogwild", exclude=None)
+                own = next((r for r, j in zip(mine, [j for j in jobs if j["target_loss"] == job["target_loss"]])
+                            if j["id"] == job["id"]), None)
+                prior = IterationsPrior.of(runs)
+                total, curve, both = job["iterations"], {}, {}
+                for f in FRACTIONS:
+                    at = f * total
+                    said = [c for k, c in zip(own.steps, own.curve) if k <= at] if own is not None else []
+                    if not said:
+                        curve[f] = both[f] = None
+                        continue
+                    k = max(k for k in own.steps if k <= at)
+                    actual = total - k
+                    curve[f] = abs(said[-1] - actual) / actual
+                    both[f] = abs(prior.combine(k, said[-1]) - actual) / actual if prior else None
+                print(f"  {job['id']} {total:>7} it  {_text(curve)}  |  {_text(both) if prior else '-'}  "
+                      f"({prior.runs if prior else 0} runs)")
+                if prior is not None and None not in both.values():
+                    curve_rows.append(curve)
+                    both_rows.append(both)
+            if both_rows:
+                print(f"  median over the {len(both_rows)} runs with a prior: recorded {_medians(curve_rows)}; the "
+                      f"ETA {_medians(both_rows)}")
+    finally:
+        repo.close()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--estimates"] and len(argv) >= 2:
+        from_estimates(argv[1], argv[2:])
+        return 0
+    if len(argv) in (2, 3) and argv[0] == "--journal":
+        from_journal(argv[1], set_aside=argv[2:] == ["--set-aside"])
+        return 0
+    if not argv:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    repo = Repository(argv[0], create=False)
+    try:
+        names = argv[1:] or sorted({j["name"] for j in repo.jobs()})
+        for name in names:
+            curve_rows, both_rows = [], []
+            print(f"{name}: curve alone | with the earlier runs' prior (runs; their iterations' spread)")
+            for run in sorted(load_runs(repo, name), key=lambda r: r.started_at or 0.0):
+                estimator = get_estimator("hogwild")
+                prior = prior_of(repo, run, "hogwild")
+                curve = relative_errors(run, estimator, SEGMENT)
+                both = relative_errors(run, estimator, SEGMENT, prior) if prior else None
+                about = f"{prior.runs} runs, sd {prior.sd_log:.2f}" if prior else "no prior"
+                print(f"  {run.job_id} {run.setting:<44} {run.steps.size:>7} it  {_text(curve)}  |  "
+                      f"{_text(both) if both else '-'}  ({about})")
+                if both:
+                    curve_rows.append(curve)
+                    both_rows.append(both)
+            print(f"  median over the {len(both_rows)} runs with a prior: curve {_medians(curve_rows)}; "
+                  f"with the prior {_medians(both_rows)}")
+    finally:
+        repo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,174 @@
+"""What a job's earlier runs say about the iterations it has left: the ETA's prior.
+
+A job is rarely run once. Its earlier runs on the same repository, of the
+same name and to the same target loss, each needed some number of
+iterations to converge, and how many a new run needs is much like theirs:
+on the benchmark's LogR the iterations to the target spread 18% over four
+seeds of one setting, and a predictor that knew their mean was off by
+9 / 13 / 27% of the iterations left at 25 / 50 / 75% of each run, where the
+loss's curve alone was off by 24 / 22 / 18% (NOTES.md, thirty-eighth
+session). The earlier runs also show how far the curve's answers were off
+on this job, and which way: on the full benchmark's CNN they said 2.6x and
+4.2x too many iterations at 50% and 75% of its runs, every run alike
+(NOTES.md, fiftieth session). The ETA takes all of it
+(:meth:`IterationsPrior.combine`), by a plug-in rule:
+
+- **The prior.** The earlier runs' iterations to the target are taken as
+  log-normal: ``log N ~ Normal(m, s)``, m and s the mean and standard
+  deviation of their logs (s at least :data:`MIN_LOG_SD`, and widened by
+  ``sqrt(1 + 1/n)`` for n runs: the spread of a new draw, not of their
+  mean). Given that this run has done k iterations and has not converged,
+  N is that distribution above k, and the iterations left are N − k: their
+  log's mean and standard deviation are read at :data:`QUANTILES`
+  quantiles of N above k.
+- **The curve, calibrated.** Each earlier run recorded the curve's answers
+  as it went (the ``estimates`` table's ``curve_iterations``); against the
+  iterations it then had left, each is a log error at the run's fraction
+  k/N. This run's fraction is taken as k over the prior's median N, and the
+  earlier runs' log errors within :data:`CALIBRATION_WIDTH` of it are
+  averaged per run. With at least :data:`MIN_RUNS` runs there, the curve's
+  answer is divided by the exponential of their mean (its bias on this
+  job), and its error is their standard deviation (at least
+  :data:`MIN_LOG_SD`, widened as above). Without, the answer stands and is
+  taken to be off by a factor of ``exp(CURVE_LOG_SD)`` one time in about
+  three either way (:data:`CURVE_LOG_SD`, a design choice).
+- **Together**, the two logs are averaged, each weighted by its inverse
+  variance. Early in a run the prior is the sharper (its spread is that of
+  N, small against N − k); late, the iterations left are a small
+  difference of large numbers, the prior's log spread grows, and the
+  calibrated curve decides.
+
+There is no prior with fewer than :data:`MIN_RUNS` earlier converged runs,
+or when this run has gone past all but :data:`OUTLIVED` of the
+distribution (it is not like the earlier ones): the curve's answer stands.
+Where the curve has no answer (no decrease seen yet), the prior's median
+is the estimate. A curve that says 0 (the target reached) is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Sequence
+
+import numpy as np
+
+MIN_RUNS = 2  # earlier converged runs a prior (and a calibration of the curve) needs
+MIN_LOG_SD = 0.05  # two runs of one seed and setting need the same iterations: no certainty follows from it
+CURVE_LOG_SD = math.log(1.5)  # the curve's error where the earlier runs cannot tell it
+CALIBRATION_WIDTH = 0.1  # the earlier runs' answers within this much of this run's fraction calibrate the curve
+FRACTION_ROUNDS = 4  # rounds of reading the calibration at the fraction the answer before it implies
+QUANTILES = 64  # quantiles of N above k its iterations left are read at
+OUTLIVED = 0.01  # the share of the prior above k under which this run has outlived it
+
+
+@dataclass(frozen=True)
+class EarlierRun:
+    """An earlier converged run of the job: its ``iterations``, and the curve's answers it recorded: at each of
+    ``steps``, ``curve`` iterations left (empty: none recorded)."""
+
+    iterations: int
+    steps: np.ndarray = field(default_factory=lambda: np.empty(0))
+    curve: np.ndarray = field(default_factory=lambda: np.empty(0))
+
+    def log_errors(self) -> tuple[np.ndarray, np.ndarray]:
+        """Its fraction k/N at each usable answer (one with iterations really left, and above 0), and the
+        answer's log error: log(answer / (N − k))."""
+        steps, curve = np.asarray(self.steps, dtype=float), np.asarray(self.curve, dtype=float)
+        left = self.iterations - steps
+        usable = (left > 0) & np.isfinite(curve) & (curve > 0)
+        return steps[usable] / self.iterations, np.log(curve[usable] / left[usable])
+
+
+@dataclass(frozen=True)
+class IterationsPrior:
+    """The earlier runs' iterations to the target (``mean_log`` and ``sd_log`` of log N over ``runs`` runs), and
+    the curve's log errors they recorded (``errors``: each run's fractions and log errors)."""
+
+    runs: int
+    mean_log: float
+    sd_log: float
+    errors: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+
+    @classmethod
+    def of(cls, earlier: Sequence[EarlierRun | int | float]) -> "IterationsPrior | None":
+        """The prior from the earlier runs (an :class:`EarlierRun`, or a run's iterations alone); None with
+        fewer than :data:`MIN_RUNS` (a run whose iterations are not a positive number is left out)."""
+        runs = [r if isinstance(r, EarlierRun) else EarlierRun(r) for r in earlier if r is not None]
+        runs = [r for r in runs if r.iterations and r.iterations > 0]
+        if len(runs) < MIN_RUNS:
+            return None
+        logs = np.log([float(r.iterations) for r in runs])
+        errors = tuple(e for e in (r.log_errors() for r in runs) if e[0].size)
+        return cls(len(runs), float(np.mean(logs)), _spread(logs), errors)
+
+    def left(self, done: float) -> tuple[float, float] | None:
+        """The mean and standard deviation of log(N − ``done``) for N above ``done``; None when less than
+        :data:`OUTLIVED` of the prior lies above it."""
+        normal = NormalDist(self.mean_log, self.sd_log)
+        below = normal.cdf(math.log(done)) if done > 0 else 0.0
+        if 1.0 - below < OUTLIVED:
+            return None
+        q = below + (1.0 - below) * (np.arange(QUANTILES) + 0.5) / QUANTILES
+        totals = np.exp([normal.inv_cdf(float(p)) for p in np.clip(q, 1e-12, 1 - 1e-12)])
+        logs = np.log(np.maximum(totals - done, 1.0))
+        return float(np.mean(logs)), float(np.std(logs))
+
+    def calibration(self, fraction: float) -> tuple[float, float]:
+        """The curve's log bias and log error at ``fraction`` of a run, from the earlier runs' answers near it;
+        (0, :data:`CURVE_LOG_SD`) where fewer than :data:`MIN_RUNS` runs recorded one."""
+        means = [float(np.mean(logs[near])) for fractions, logs in self.errors
+                 if np.any(near := np.abs(fractions - fraction) <= CALIBRATION_WIDTH)]
+        if len(means) < MIN_RUNS:
+            return 0.0, CURVE_LOG_SD
+        return float(np.mean(means)), _spread(np.array(means))
+
+    def combine(self, done: float, curve: float | None) -> float | None:
+        """The iterations left after ``done``: the curve's answer ``curve`` (None: it has none) and this
+        prior's, by the module's rule."""
+        if curve is not None and curve <= 0:
+            return curve
+        left = self.left(done)
+        if left is None:
+            return curve
+        mean, sd = left
+        if curve is None or sd <= 0:
+            return math.exp(mean)
+        estimate = math.exp(mean)
+        for _ in range(FRACTION_ROUNDS):  # the fraction the calibration is read at, and the answer, agree
+            bias, curve_sd = self.calibration(done / (done + estimate))
+            w_prior, w_curve = sd ** -2, curve_sd ** -2
+            estimate = math.exp((w_prior * mean + w_curve * (math.log(curve) - bias)) / (w_prior + w_curve))
+        return estimate
+
+
+def _spread(logs: np.ndarray) -> float:
+    """The spread of a new draw like ``logs``: their standard deviation (at least :data:`MIN_LOG_SD`), widened by
+    sqrt(1 + 1/n)."""
+    return max(float(np.std(logs, ddof=1)), MIN_LOG_SD) * math.sqrt(1.0 + 1.0 / logs.size)
+
+
+def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, before: float | None = None,
+                 exclude: str | None = None) -> list[EarlierRun]:
+    """The converged jobs named ``name`` with target ``target_loss`` in ``repo`` (a
+    :class:`~tfonline.repository.Repository`) that started before ``before`` (None: any), but ``exclude``; each
+    with the curve's answers that ``estimator`` gave it (None: none), oldest first."""
+    jobs = [r for r in repo.rows("select id, iterations, started_at, target_loss from jobs where name = ? and "
+                                 "status = ? order by started_at", (name, "converged"))
+            if r["id"] != exclude and r["iterations"] and r["target_loss"] is not None
+            and math.isclose(float(r["target_loss"]), float(target_loss), rel_tol=1e-9)
+            and (before is None or (r["started_at"] is not None and r["started_at"] < before))]
+    answers: dict[str, list[tuple[float, float]]] = {}
+    if estimator is not None and jobs:
+        marks = ", ".join("?" * len(jobs))
+        for r in repo.rows(f"select job_id, step, coalesce(curve_iterations, remaining_iterations) as curve "
+                           f"from estimates where estimator = ? and job_id in ({marks}) order by step",
+                           (estimator, *[j["id"] for j in jobs])):
+            if r["curve"] is not None:
+                answers.setdefault(r["job_id"], []).append((float(r["step"]), float(r["curve"])))
+    out = []
+    for job in jobs:
+        steps, curve = (np.array(a).T if (a := answers.get(job["id"])) else (np.empty(0), np.empty(0)))
+        out.append(EarlierRun(int(job["iterations"]), steps, curve))
+    return out
