@@ -563,3 +563,34 @@ def test_runs_rated_before_the_eta_took_earlier_runs_get_its_errors_from_the_rep
     assert traces["logr/fixed/0"]["ratings"]["eta"]["earlier_runs"] == 2
     assert traces["logr/fixed/0"]["ratings"]["hogwild"] == _rating((0.3, 0.2, 0.1))  # the rest kept as it was
     assert "eta" not in traces["logr/fixed/1"]["ratings"] and "eta" not in traces["logr/fixed/2"]["ratings"]
+
+
+def test_the_eta_experiment_rebuilds_the_curves_answers_from_a_journal_and_takes_the_earlier_runs(journal, tmp_path,
+                                                                                                  capsys):
+    """Fixed runs whose curve said twice the iterations left all along: rebuilt from their kept ratings, the
+    ETA of each run after the second (a prior of the runs before it, their bias taken out) is near the truth."""
+    sys.path.insert(0, os.path.join(os.path.dirname(BENCH), "experiments"))
+    try:
+        import eta_prior
+    finally:
+        sys.path.remove(os.path.join(os.path.dirname(BENCH), "experiments"))
+    book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), CONFIG)
+    for i, total in enumerate((1200, 1000, 1100, 1000)):
+        pace, segment = 0.01, 60
+        predicted = [2 * (total - segment * (m + 1)) * pace for m in range(total // segment)]
+        ratings = {"hogwild": {"training_time_s": total * pace, "segment": segment, "predicted_s": predicted,
+                               "relative_error": {"0.25": 1.0, "0.5": 1.0, "0.75": 1.0}}}
+        book.record(f"logr/fixed/{i}", dict(_row("converged", 20.0, it=total), job_id=f"j{i}"),
+                    {"curve": {"job_id": f"j{i}"}, "ratings": ratings})
+    assert eta_prior.main(["--journal", book.path[: -len("-runs.jsonl")]]) == 0
+    out = capsys.readouterr().out
+    assert "logr/fixed/1" in out and "(no prior)" in out
+    median = next(line for line in out.splitlines() if "median over the 2 runs with a prior" in line)
+    curve, eta = median.split("curve ")[1].split("; the ETA ")
+    assert curve == "1.00 / 1.00 / 1.00"
+    assert all(float(x) < 0.1 for x in eta.split(" / ")), median
+    assert eta_prior.main([]) == 2
+    assert capsys.readouterr().err == ("eta_prior.py: expected a repository, --journal STEM [--set-aside] or "
+                                       "--estimates DB, got no arguments\n")
+    assert eta_prior.main(["--journal", "x", "--all"]) == 2
+    assert capsys.readouterr().err.endswith("got --journal x --all\n")

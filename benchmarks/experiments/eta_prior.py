@@ -70,25 +70,25 @@ def from_journal(stem: str, set_aside: bool = False) -> None:
                     runs = [r for r in runs if r[0].split("/")[0] != workload]
             elif "run" in line:
                 runs.append((line["run"], epochs.get(line["run"].split("/")[0], 0), line["row"]))
-    traces: dict[str, list[dict]] = {}  # a key's traces, in the order kept (a redone key has several)
+    traces: dict[str, dict] = {}  # by the job id of the run's loss curve (a redone key has several runs)
     with open(stem + "-traces.jsonl") as f:
         for line in map(json.loads, f):
-            traces.setdefault(line["run"], []).append(line["traces"])
-    seen: dict[str, int] = {}
-    for workload, epoch in dict.fromkeys((key.split("/")[0], epoch) for key, epoch, _ in runs):
+            job_id = (line["traces"].get("curve") or {}).get("job_id")
+            if job_id:
+                traces[job_id] = line["traces"]  # a later line (the ETA's errors added) wins
+    fixed_db_keys = ("start", "fixed", "best")  # the runs of the fixed runs' repository
+    for workload, epoch in dict.fromkeys((key.split("/")[0], epoch) for key, epoch, _ in runs
+                                         if key.split("/")[1] in fixed_db_keys):
         earlier, curve_rows, both_rows, unsure = [], [], [], 0
         print(f"{workload} (epoch {epoch}): curve alone | the ETA with the earlier runs (runs; their iterations' "
               f"spread)")
         for key, run_epoch, row in runs:
-            if key.split("/")[0] != workload or run_epoch != epoch or key.split("/")[1] not in ("start", "fixed", "best"):
+            if key.split("/")[0] != workload or run_epoch != epoch or key.split("/")[1] not in fixed_db_keys:
                 continue
-            kept = traces.get(key, [])
-            trace = kept[seen.get(key, 0)] if seen.get(key, 0) < len(kept) else {}
-            seen[key] = seen.get(key, 0) + 1 if kept else 0
             if row["status"] != "converged":
                 continue
             total = row["iterations"]
-            rating = (trace.get("ratings") or {}).get("hogwild")
+            rating = (traces.get(row.get("job_id"), {}).get("ratings") or {}).get("hogwild")
             prior = IterationsPrior.of(earlier)
             if not rating:
                 earlier.append(total)
@@ -137,21 +137,19 @@ def from_estimates(path: str, names: list[str]) -> None:
             print(f"{name}: the recorded answers alone | the ETA with the earlier runs (runs)")
             for job in jobs:
                 runs = earlier_runs(repo, name, job["target_loss"], "hogwild", job["started_at"], exclude=job["id"])
-                mine = earlier_runs(repo, name, job["target_loss"], "hogwild", exclude=None)
-                own = next((r for r, j in zip(mine, [j for j in jobs if j["target_loss"] == job["target_loss"]])
-                            if j["id"] == job["id"]), None)
+                own = next(r for r in earlier_runs(repo, name, job["target_loss"], "hogwild") if r.job_id == job["id"])
                 prior = IterationsPrior.of(runs)
                 total, curve, both = job["iterations"], {}, {}
                 for f in FRACTIONS:
                     at = f * total
-                    said = [c for k, c in zip(own.steps, own.curve) if k <= at] if own is not None else []
+                    said = [(k, c) for k, c in zip(own.steps, own.curve) if k <= at]  # in step order
                     if not said:
                         curve[f] = both[f] = None
                         continue
-                    k = max(k for k in own.steps if k <= at)
+                    k, answer = said[-1]
                     actual = total - k
-                    curve[f] = abs(said[-1] - actual) / actual
-                    both[f] = abs(prior.combine(k, said[-1]) - actual) / actual if prior else None
+                    curve[f] = abs(answer - actual) / actual
+                    both[f] = abs(prior.combine(k, answer) - actual) / actual if prior else None
                 print(f"  {job['id']} {total:>7} it  {_text(curve)}  |  {_text(both) if prior else '-'}  "
                       f"({prior.runs if prior else 0} runs)")
                 if prior is not None and None not in both.values():
@@ -168,11 +166,12 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--estimates"] and len(argv) >= 2:
         from_estimates(argv[1], argv[2:])
         return 0
-    if len(argv) in (2, 3) and argv[0] == "--journal":
+    if argv[:1] == ["--journal"] and len(argv) in (2, 3) and argv[2:] in ([], ["--set-aside"]):
         from_journal(argv[1], set_aside=argv[2:] == ["--set-aside"])
         return 0
-    if not argv:
-        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+    if not argv or argv[0].startswith("--"):
+        print(f"eta_prior.py: expected a repository, --journal STEM [--set-aside] or --estimates DB, got "
+              f"{' '.join(argv) or 'no arguments'}", file=sys.stderr)
         return 2
     repo = Repository(argv[0], create=False)
     try:

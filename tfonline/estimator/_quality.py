@@ -140,20 +140,21 @@ class RunRating:
     relative_error: dict[float, float | None]
 
 
-def rate_run(run: Run, estimator, segment: int, prior: IterationsPrior | None = None) -> RunRating:
+def rate_run(run: Run, estimator, segment: int) -> RunRating:
     """What ``estimator`` (an estimator object, :func:`~tfonline.estimator.get_estimator`) predicts of ``run``
-    in segments of ``segment`` iterations, and how far it is off at each of :data:`FRACTIONS`; ``prior``: the
-    earlier runs' (:class:`IterationsPrior`), taken with every answer of the estimator, as the ETA takes it."""
+    in segments of ``segment`` iterations, and how far it is off at each of :data:`FRACTIONS`."""
     predicted = []
     for m in range(run.steps.size // segment):
-        remaining, per_iteration_s = _predict(estimator, run, m * segment, (m + 1) * segment, prior)
+        remaining, per_iteration_s = _predict(estimator, run, m * segment, (m + 1) * segment)
         predicted.append(None if remaining is None else remaining * per_iteration_s)
-    return RunRating(run.training_time_s, segment, predicted, relative_errors(run, estimator, segment, prior))
+    return RunRating(run.training_time_s, segment, predicted, relative_errors(run, estimator, segment))
 
 
 def relative_errors(run: Run, estimator, segment: int, prior: IterationsPrior | None = None) -> dict[float, float | None]:
     """At each of :data:`FRACTIONS` of ``run``: ``|predicted − actual| / actual`` of its remaining iterations,
-    the estimator fitted on the ``segment`` iterations before (None: no estimate there)."""
+    the estimator fitted on the ``segment`` iterations before (None: no estimate there); ``prior``: the job's
+    earlier runs (:class:`IterationsPrior`, :func:`prior_of`), taken with the estimator's answer as the ETA
+    takes it."""
     errors: dict[float, float | None] = {}
     for fraction in FRACTIONS:
         cut = int(run.steps.size * fraction)
