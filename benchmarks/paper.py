@@ -459,16 +459,20 @@ def _best_seeds_table(result: dict) -> list[str]:
     lines = ["", "## The best fixed setting at every tuned seed", "",
              "Best is the fastest of the random fixed runs, all at seed 0: the least of R noisy times, a lucky draw "
              "as much as the best setting. That setting runs again at each other tuned run's seed, and its mean over "
-             "the tuned runs' seeds is set against theirs (a capped run counts at the cap).", "",
-             "| workload | best setting (fixed run) | its runs s, in seed order | mean s | spread | tfonline / its mean "
-             "| share of the gain captured, to its mean |", "|---|---|---|---|---|---|---|"]
+             "the tuned runs' seeds is set against theirs (a capped run counts at the cap). One setting's time per "
+             "iteration moves with the machine, not the seed: where its runs' differ, they ran on machines (or in "
+             "hours) of different speeds, and so may the tuned runs they are set against.", "",
+             "| workload | best setting (fixed run) | its runs s, in seed order | their ms per iteration | mean s | "
+             "spread | tfonline / its mean | share of the gain captured, to its mean |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, s in rows:
         b, r = s["best_seeds"], s["ratios"]
         runs = ", ".join(f"{t:.1f}" + ("" if status == "converged" else " (cap)")
                          for t, status in zip(b["times_s"], b["statuses"]))
         mean = (_fmt(b["mean_s"]) if b["mean_s"] is not None else f"- (not run: {b['skipped']})"
                 if b.get("skipped") else "- (the other seeds deferred)")
-        lines.append(f"| {name} | {b['setting']} (fixed/{b['fixed_index']}) | {runs} | {mean} | "
+        paces = ", ".join(_fmt(None if p is None else 1e3 * p, ".2f") for p in b.get("per_iteration_s", []))
+        lines.append(f"| {name} | {b['setting']} (fixed/{b['fixed_index']}) | {runs} | {paces or '-'} | {mean} | "
                      f"{_fmt(b['spread'], '.0%')} | {_fmt(r.get('tfonline_over_best_mean'), '.2f')}x | "
                      f"{_fmt(r.get('gain_captured_best_mean'), '.0%')} |")
     return lines
@@ -689,7 +693,9 @@ def _best_seeds(name: str, mode: str, seeds: int, drawn: list[dict], fixed: list
     times = [row["completion_time_s"] if row["status"] == "converged" else cap for row in runs]
     done = len(runs) == seeds
     return {"fixed_index": index, "setting": fixed[index]["setting"], "times_s": times,
-            "statuses": [row["status"] for row in runs], "mean_s": statistics.mean(times) if done else None,
+            "statuses": [row["status"] for row in runs],
+            "per_iteration_s": [row.get("time_per_iteration_s") for row in runs],
+            "mean_s": statistics.mean(times) if done else None,
             "spread": _spread(times) if done else None, "deferred": deferred, "skipped": skipped}
 
 

@@ -436,7 +436,7 @@ def test_the_best_setting_runs_again_at_each_tuned_seed_and_is_set_against_the_t
                            "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
                                        "tensorflow": "2", "nodes": 4}})
     assert "## The best fixed setting at every tuned seed" in text
-    assert "| logr | x2 (fixed/1) | 80.0, 110.0, 90.0 | 93.3 | 38% | 1.07x | 69% |" in text
+    assert "| logr | x2 (fixed/1) | 80.0, 110.0, 90.0 | 10.00, 10.00, 10.00 | 93.3 | 38% | 1.07x | 69% |" in text
     # A later sitting takes them from the journal: nothing runs again.
     again = paper._real("logr", "full", 3, [{"x": 1}, {"x": 2}], *dbs, lambda message: None,
                         kept=paper.Kept(journal.Journal.resume(path, FULL), log=lambda message: None))
