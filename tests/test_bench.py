@@ -463,7 +463,7 @@ def test_a_sitting_whose_best_setting_runs_are_deferred_keeps_the_workload_s_tab
             "within 1.25x, got 6.0 ms") in out
     assert "deferred logr (another machine)" in out
     text = next(tmp_path.glob("*-full.md")).read_text()
-    assert "| logr | x2 (fixed/1) | 80.0, 110.0 | - (the other seeds deferred) | - | -x | - |" in text
+    assert "| logr | x2 (fixed/1) | 80.0, 110.0 | 10.00, 10.00 | - (the other seeds deferred) | - | -x | - |" in text
     assert "| logr | tfonline / Best | 1.25x | <= 1.10x | short |" in text
     assert "the best setting's mean" not in text.split("## Against the targets")[1].split("##")[0]
 
@@ -488,7 +488,7 @@ def test_a_workload_whose_runs_all_predate_the_speed_checks_does_not_run_its_bes
     assert b["skipped"] == "its runs were kept before the speed checks began, on a machine no check measured"
     assert f"logr: the best random setting (fixed/1) is not run again: {b['skipped']}" in said
     assert "tfonline_over_best_mean" not in w["summary"]["ratios"]
-    assert ("| logr | x2 (fixed/1) | 80.0 | - (not run: its runs were kept before the speed checks began, on a "
+    assert ("| logr | x2 (fixed/1) | 80.0 | 10.00 | - (not run: its runs were kept before the speed checks began, on a "
             "machine no check measured) | - | -x | - |") in paper.markdown(
         {"mode": "full", "date": "2026-12-01", "fixed_settings": 2, "seeds": 3, "wall_s": 60.0, "cap_factor": 10,
          "workloads": {"logr": w}, "machine": {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
