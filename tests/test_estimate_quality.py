@@ -16,8 +16,10 @@ from tfonline.repository import Repository
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
 
-def _fake_runs(db_path, per_iteration_s=(0.02, 0.01, 0.04, 0.03), alpha=40.0, l0=0.7, target=0.25, seed=0):
-    """Runs that follow the same convergence curve at different speeds per iteration."""
+def _fake_runs(db_path, per_iteration_s=(0.02, 0.01, 0.04, 0.03), alpha=40.0, l0=0.7, target=0.25, seed=0,
+               one_after_another=False):
+    """Runs that follow the same convergence curve at different speeds per iteration; all started at once, or
+    ``one_after_another``."""
     rng = np.random.default_rng(seed)
     repo = Repository(db_path)
     losses = np.linspace(l0, target, 2000)
@@ -28,7 +30,8 @@ def _fake_runs(db_path, per_iteration_s=(0.02, 0.01, 0.04, 0.03), alpha=40.0, l0
         job_id = f"run{i}"
         repo.insert("settings", {"id": f"s{i}", "knobs": "{}", "short": f"setting {i}"}, replace=True)
         repo.insert("jobs", {"id": job_id, "name": "Fake", "status": "converged", "target_loss": target,
-                             "started_at": 0.0, "mode": "async"})
+                             "started_at": float(i) if one_after_another else 0.0, "mode": "async",
+                             "iterations": int(curve.size)})
         noisy = curve * (1 + 0.01 * rng.standard_normal(curve.size))
         for k, loss in enumerate(noisy, start=1):
             repo.insert("iterations", {"job_id": job_id, "step": k, "worker": 0, "setting_id": f"s{i}", "segment": 0,
@@ -57,8 +60,24 @@ def test_cli_prints_a_row_per_estimator(db_path, capsys):
     assert main(["estimate-quality", db_path, "--job", "Fake", "--segment", "50"]) == 0
     out = capsys.readouterr().out
     assert "estimator quality for Fake: 4 converged runs, segments of 50 iterations" in out
-    rows = [line.split() for line in out.splitlines()[2:]]
+    rows = [line.split() for line in out.splitlines()[2:4]]
     assert [r[0] for r in rows] == ["hogwild", "loss-curve"] and all(r[1] == "1.00" for r in rows)
+    # the runs all started at once: none had earlier runs, and the ETA is each estimator's own
+    assert out.splitlines()[4].startswith("  the ETA, hogwild with the job's earlier runs: ")
+    assert out.splitlines()[4].endswith(" (0 of 4 runs had 2 or more before them)")
+
+
+def test_the_eta_row_takes_the_runs_before_each_and_is_nearer_than_the_estimator_alone(db_path, capsys):
+    """Four runs of one curve, one after another: the last two have two and three before them, whose iterations
+    were theirs; the ETA's median error is no larger than the estimator's at any fraction, and smaller at one."""
+    _fake_runs(db_path, one_after_another=True)
+    assert main(["estimate-quality", db_path, "--job", "Fake", "--segment", "50", "--estimator", "hogwild"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    alone = [float(x) for x in " ".join(lines[2].split()[3:]).replace("(0)", "").split(" / ")]
+    eta_line = lines[3]
+    assert eta_line.endswith(" (2 of 4 runs had 2 or more before them)"), eta_line
+    eta = [float(x) for x in eta_line.split(": ")[1].split(" (")[0].split(" / ")]
+    assert all(e <= a for e, a in zip(eta, alone)) and any(e < a for e, a in zip(eta, alone)), (eta, alone)
 
 
 def test_too_few_runs_and_bad_segment(db_path, capsys):

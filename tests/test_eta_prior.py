@@ -145,3 +145,6 @@ def test_a_simulated_jobs_eta_takes_its_earlier_runs(tmp_path):
         assert len(first_half) >= 3
         errors[db] = np.median([abs(left - (steps - step)) / (steps - step) for step, left in first_half])
     assert errors[after_db] < errors[alone_db], errors
+    # the display names what the ETA took
+    assert runs[after_db].progress.status().estimator == "hogwild + 3 earlier runs"
+    assert runs[alone_db].progress.status().estimator == "hogwild"

@@ -121,6 +121,12 @@ class Progress:
         self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
                                remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve)
 
+    def source(self) -> str | None:
+        """What the ETA comes from, as the display names it: the estimator, and the earlier runs it took."""
+        if self.estimator is None:
+            return None
+        return self.estimator.name + (f" + {self.prior.runs} earlier runs" if self.prior is not None else "")
+
     def status(self) -> Status:
         """What the progress display shows now."""
         walls, step, loss = self.state.recent()
@@ -129,5 +135,5 @@ class Progress:
         if self._first_loss is None:
             self._first_loss = loss
         return Status(self.job.name, step, loss, float(self.job.target_loss), short_form(self.state.setting),
-                      self.state.phase, pace, remaining_s, remaining, self.estimator.name if self.estimator else None,
+                      self.state.phase, pace, remaining_s, remaining, self.source(),
                       reason, time.monotonic() - self.started, self._first_loss)

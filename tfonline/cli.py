@@ -126,17 +126,18 @@ def _upgrade(args) -> int:
 
 def _estimate_quality(args) -> int:
     from tfonline.estimator import available_estimators
-    from tfonline.estimator._quality import estimate_quality, load_runs, quality_text
+    from tfonline.estimator._quality import estimate_quality, eta_quality, load_runs, quality_text
     from tfonline.repository import Repository
 
     repo = Repository(args.db, create=False)
     try:
         runs = load_runs(repo, args.job)
+        names = args.estimator or available_estimators()
+        qualities = [estimate_quality(runs, name, args.segment) for name in names]
+        etas = [eta_quality(repo, runs, name, args.segment) for name in names]
     finally:
         repo.close()
-    names = args.estimator or available_estimators()
-    qualities = [estimate_quality(runs, name, args.segment) for name in names]
-    print(quality_text(qualities, args.job, args.segment))
+    print(quality_text(qualities, args.job, args.segment, etas))
     return 0
 
 

@@ -196,7 +196,20 @@ def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **optio
     return combine(estimator_name, [rate_run(run, estimator, segment) for run in runs])
 
 
-def quality_text(qualities: list[Quality], job_name: str, segment: int) -> str:
+def eta_quality(repo: Repository, runs: list[Run], estimator_name: str, segment: int) -> Quality:
+    """The relative errors of the ETA a job shows with ``estimator_name``: its answers taken with the runs of the
+    job that converged before each run (:func:`prior_of`; no rank: the prior is every run's alike). ``picks``
+    counts the runs that had such a prior (the others' ETA is the estimator's own)."""
+    estimator = get_estimator(estimator_name)
+    priors = [prior_of(repo, run, estimator_name) for run in runs]
+    ratings = [RunRating(run.training_time_s, segment, [], relative_errors(run, estimator, segment, prior))
+               for run, prior in zip(runs, priors)]
+    quality = combine(f"{estimator_name} with the job's earlier runs", ratings)
+    quality.picks = sum(p is not None for p in priors)
+    return quality
+
+
+def quality_text(qualities: list[Quality], job_name: str, segment: int, etas: list[Quality] = ()) -> str:
     runs = qualities[0].runs
     lines = [f"estimator quality for {job_name}: {runs} converged runs, segments of {segment} iterations",
              f"  {'estimator':<12} {'rank (of ' + str(runs) + ')':>12} {'picks':>6}   median relative error "
@@ -207,4 +220,8 @@ def quality_text(qualities: list[Quality], job_name: str, segment: int) -> str:
             ("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}")
             + f" ({q.unavailable[f]})" for f in FRACTIONS)
         lines.append(f"  {q.estimator:<12} {rank:>12} {q.picks:>6}   {errors}")
+    for q in etas:
+        errors = " / ".join("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}"
+                            for f in FRACTIONS)
+        lines.append(f"  the ETA, {q.estimator}: {errors} ({q.picks} of {q.runs} runs had 2 or more before them)")
     return "\n".join(lines)
