@@ -12,6 +12,7 @@ from simulated import small_workload
 
 from tfonline._eta import prior_for
 from tfonline.estimator._prior import CALIBRATION_WIDTH, CURVE_LOG_SD, MIN_RUNS, EarlierRun, IterationsPrior, earlier_runs
+from tfonline.report import collect, report_text
 from tfonline.repository import Repository
 from tfonline.simulator import Simulation
 
@@ -148,3 +149,10 @@ def test_a_simulated_jobs_eta_takes_its_earlier_runs(tmp_path):
     # the display names what the ETA took
     assert runs[after_db].progress.status().estimator == "hogwild + 3 earlier runs"
     assert runs[alone_db].progress.status().estimator == "hogwild"
+    # and so does the report
+    for db, took in ((after_db, 3), (alone_db, 0)):
+        repo = Repository(db, create=False)
+        report = collect(repo, next(j for j in repo.jobs() if j["id"] == runs[db].job_id))
+        assert report["eta_earlier_runs"] == took
+        assert ("it took 3 earlier runs of the job" in report_text(repo, [report])) == bool(took)
+        repo.close()

@@ -12,6 +12,7 @@ import json
 import time
 from typing import Any
 
+from tfonline.estimator._prior import MIN_RUNS, earlier_runs
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository, last_wall_time
 from tfonline.signature import Signature
@@ -46,6 +47,8 @@ JSON_SCHEMA = {
     "tuning_overhead_s": "float | null", "tuning_overhead_fraction": "float | null",
     "eta_accuracy": "[{fraction, step, estimator, estimated_remaining_s, actual_remaining_s, error}] "
                     "(empty unless the job converged with estimates; none for a fraction before the first)",
+    "eta_earlier_runs": "int: the job's earlier converged runs (same name and target, started before it) its ETA "
+                        "took (tfonline.estimator._prior); 0 with fewer than 2",
     "signature": "{variables, parameter_bytes, largest_bytes, partitioned, sparse_reads, ops, madds_per_example, "
                  "batch_size, example_shapes, optimizer, mode} | null: the workload (tfonline.signature)",
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
@@ -173,6 +176,15 @@ def _eta_accuracy(repo: Repository, job: dict[str, Any], end: float | None) -> l
     return rows
 
 
+def _eta_earlier_runs(repo: Repository, job: dict[str, Any]) -> int:
+    """How many earlier converged runs of the job its ETA took (:mod:`tfonline.estimator._prior`): those of its
+    name and target that started before it, where there are at least two; else 0."""
+    if job["target_loss"] is None:
+        return 0
+    count = len(earlier_runs(repo, job["name"], job["target_loss"], None, before=job["started_at"], exclude=job["id"]))
+    return count if count >= MIN_RUNS else 0
+
+
 def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
     """Everything the report says about one job, as plain data (see :data:`JSON_SCHEMA`)."""
     job_id = job["id"]
@@ -212,6 +224,7 @@ def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
         "tuning_overhead_s": overhead,
         "tuning_overhead_fraction": overhead / completion if overhead is not None and completion else None,
         "eta_accuracy": _eta_accuracy(repo, job, end),
+        "eta_earlier_runs": _eta_earlier_runs(repo, job),
         "checkpoints": list(repo.rows("select step, path, kind, cost_s from checkpoints where job_id = ? order by step",
                                       (job_id,))),
         "evaluations": _evaluations(repo, job_id),
@@ -377,7 +390,8 @@ def _eta_lines(r: dict[str, Any]) -> list[str]:
         if r["status"] == "converged":
             return ["  ETA accuracy:    - (no estimate recorded)"]
         return ["  ETA accuracy:    - (the job did not converge, so its remaining time is unknown)"]
-    lines = ["  ETA accuracy:    (estimated vs actual remaining time)"]
+    took = f"; it took {r['eta_earlier_runs']} earlier runs of the job" if r.get("eta_earlier_runs") else ""
+    lines = [f"  ETA accuracy:    (estimated vs actual remaining time{took})"]
     lines += [f"    at {100 * f:.0f}%: no estimate yet" for f in eta_unmeasured(r)]
     for e in r["eta_accuracy"]:
         lines.append(f"    at {100 * e['fraction']:.0f}% (step {e['step']}): {e['estimated_remaining_s']:.1f} s vs "

@@ -118,6 +118,8 @@ def _history(r: dict[str, Any]) -> list[str]:
               _fmt(d["cost_s"], ".3g"), ("switch to " if d["applied"] else "stay; best other ") + (d["candidate"] or "-"),
               d["reason"]] for d in r["decisions"]], left={1, 5, 6}))
     parts.append("<h3>ETA accuracy</h3>")
+    if r.get("eta_earlier_runs"):
+        parts.append(f"<p class='muted'>The ETA took {r['eta_earlier_runs']} earlier runs of the job.</p>")
     if r["eta_accuracy"]:
         parts.append(_table(
             ["at", "step", "estimated remaining s", "actual remaining s", "error", "estimator"],
