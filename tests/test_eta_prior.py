@@ -73,10 +73,13 @@ def test_the_earlier_runs_are_the_converged_runs_of_the_job_to_its_target_with_t
             ("e", "K", "converged", 0.3, 5.0, 9000), ("f", "J", "converged", 0.3, 6.0, 1100)]:
         repo.insert("jobs", {"id": job_id, "name": name, "status": status, "target_loss": target,
                              "started_at": started, "iterations": iterations})
-    # a's answers: one from before version 13 (no curve_iterations: the ETA was the curve's), one after
+    # a's answers: one from before version 14 (no prior_runs: the ETA was the curve's), then after
     repo.insert("estimates", {"job_id": "a", "step": 100, "estimator": "hogwild", "remaining_iterations": 950.0})
     repo.insert("estimates", {"job_id": "a", "step": 500, "estimator": "hogwild", "remaining_iterations": 480.0,
-                              "curve_iterations": 700.0})
+                              "curve_iterations": 700.0, "prior_runs": 2})
+    # a later ETA from the earlier runs alone (the curve had no answer): no answer of the curve's
+    repo.insert("estimates", {"job_id": "a", "step": 550, "estimator": "hogwild", "remaining_iterations": 450.0,
+                              "prior_runs": 2})
     repo.insert("estimates", {"job_id": "a", "step": 600, "estimator": "loss-curve", "remaining_iterations": 1.0})
     repo.flush()
     runs = earlier_runs(repo, "J", 0.3, "hogwild")

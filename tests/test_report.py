@@ -308,7 +308,7 @@ def test_an_older_repository_says_how_to_upgrade_it(tmp_path):
     out = subprocess.run(cli + ["report", db], capture_output=True, text=True)
     assert out.returncode == 1
     assert out.stderr.strip().splitlines() == [
-        f"tfonline: error: db has tfonline schema version 2, this tfonline reads version 13: {db!r} was written by "
+        f"tfonline: error: db has tfonline schema version 2, this tfonline reads version 14: {db!r} was written by "
         "an older tfonline; 'tfonline upgrade DB' upgrades it in place"]
     out = subprocess.run(cli + ["upgrade", db], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"{db}: upgraded in place to this tfonline's schema"

@@ -193,7 +193,7 @@ def test_missing_file_for_readers(tmp_path):
 
 
 def test_a_version_1_repository_is_upgraded_in_place(db_path):
-    """Versions 2 to 13 only added tables and columns: an older file keeps its rows and gains them."""
+    """Versions 2 to 14 only added tables and columns: an older file keeps its rows and gains them."""
     repo = Repository(db_path)
     repo.insert("jobs", {"id": "old", "name": "Old", "status": "converged"})
     repo.close()
@@ -210,18 +210,19 @@ def test_a_version_1_repository_is_upgraded_in_place(db_path):
     con.execute("alter table jobs drop column tuned")
     con.execute("alter table reconfigurations drop column iterations_during")
     con.execute("alter table estimates drop column curve_iterations")
+    con.execute("alter table estimates drop column prior_runs")
     for column in ("driver_host", "driver_pid", "heartbeat_at", "model_dir", "signature"):
         con.execute(f"alter table jobs drop column {column}")
     con.execute("update meta set value = '1' where key = 'schema_version'")
     con.close()
     repo = Repository(db_path)
-    assert repo.schema_version == SCHEMA_VERSION == 13
+    assert repo.schema_version == SCHEMA_VERSION == 14
     assert {"driver_host", "driver_pid", "heartbeat_at", "model_dir", "signature"} <= set(repo.db["jobs"].columns_dict)
     assert all(repo.db[table].exists()
                for table in ("triples", "phases", "checkpoints", "evaluations", "inheritances", "gp_fits",
                              "node_losses", "node_joins"))
     assert "overhead_s" in repo.db["decisions"].columns_dict and "tuned" in repo.db["jobs"].columns_dict
     assert "iterations_during" in repo.db["reconfigurations"].columns_dict
-    assert "curve_iterations" in repo.db["estimates"].columns_dict
+    assert {"curve_iterations", "prior_runs"} <= set(repo.db["estimates"].columns_dict)
     assert [j["id"] for j in repo.jobs()] == ["old"]
     repo.close()

@@ -119,7 +119,8 @@ class Progress:
         remaining_s = None if remaining is None else remaining * per_iteration_s
         self.last = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
         self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
-                               remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve)
+                               remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve,
+                               prior_runs=self.prior.runs if self.prior is not None else 0)
 
     def source(self) -> str | None:
         """What the ETA comes from, as the display names it: the estimator, and the earlier runs it took."""

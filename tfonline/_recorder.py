@@ -109,11 +109,11 @@ class Recorder:
         })
 
     def estimate(self, *, step: int, estimator: str, loss: float, remaining_iterations, remaining_s,
-                 curve_iterations=None) -> None:
+                 curve_iterations=None, prior_runs: int = 0) -> None:
         self.repo.insert("estimates", {
             "job_id": self.job_id, "step": step, "estimator": estimator, "loss": loss,
             "remaining_iterations": remaining_iterations, "remaining_s": remaining_s,
-            "curve_iterations": curve_iterations, "wall_time": self.clock(),
+            "curve_iterations": curve_iterations, "prior_runs": prior_runs, "wall_time": self.clock(),
         }, replace=True)
 
     def triple(self, triple, segment: int, estimator: str) -> None:

@@ -18,8 +18,9 @@ Schema (version :data:`SCHEMA_VERSION`), one row per:
 - ``decisions``, ``reconfigurations``, ``estimates``: the tuner's choices,
   the setting changes and the progress estimates (filled by later parts;
   an estimate's ``remaining_iterations`` is the ETA's, ``curve_iterations``
-  the estimator's own answer before the job's earlier runs were taken
-  with it: :mod:`tfonline.estimator._prior`; version 13);
+  the estimator's own answer (NULL: none) and ``prior_runs`` how many of
+  the job's earlier runs the ETA took with it (:mod:`tfonline.estimator._prior`;
+  versions 13 and 14: before, the ETA was the estimator's answer);
   ``gp_fits``: the GP's hyperparameters each time a decision fitted them.
 - ``checkpoints``, ``evaluations``: the model's checkpoints (where, at
   which step, what writing one cost, the training state to resume from)
@@ -44,7 +45,7 @@ import sqlite_utils
 
 from tfonline.exceptions import RepositoryError
 
-SCHEMA_VERSION = 13
+SCHEMA_VERSION = 14
 MIGRATES_FROM = 1  # versions from here on are upgraded in place: every change since is additive
 # A running job's driver writes a heartbeat this often; a job whose heartbeat is older than
 # DRIVER_GONE_AFTER_S (or whose driver process is gone from this host) was interrupted.
@@ -218,7 +219,8 @@ _TABLES: dict[str, tuple[dict[str, type], str | tuple[str, ...]]] = {
             "loss": float,
             "remaining_iterations": float,
             "remaining_s": float,
-            "curve_iterations": float,
+            "curve_iterations": float,  # v13
+            "prior_runs": int,  # v14
             "wall_time": float,
         },
         ("job_id", "step", "estimator"),

@@ -22,7 +22,8 @@ on this job, and which way: on the full benchmark's CNN they said 2.6x and
   log's mean and standard deviation are read at :data:`QUANTILES`
   quantiles of N above k.
 - **The curve, calibrated.** Each earlier run recorded the curve's answers
-  as it went (the ``estimates`` table's ``curve_iterations``); against the
+  as it went (the ``estimates`` table's ``curve_iterations``; before
+  version 14, its ``remaining_iterations``); against the
   iterations it then had left, each is a log error at the run's fraction
   k/N. This run's fraction is taken as k over the prior's median N, and the
   earlier runs' log errors within :data:`CALIBRATION_WIDTH` of it are
@@ -163,7 +164,10 @@ def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, bef
     answers: dict[str, list[tuple[float, float]]] = {}
     if estimator is not None and jobs:
         marks = ", ".join("?" * len(jobs))
-        for r in repo.rows(f"select job_id, step, coalesce(curve_iterations, remaining_iterations) as curve "
+        # before version 13 an estimate's remaining_iterations was the curve's answer; 13 kept curve_iterations
+        # beside it; since 14, prior_runs says the row is one whose curve_iterations alone is the curve's (NULL: none)
+        for r in repo.rows(f"select job_id, step, case when prior_runs is null then "
+                           f"coalesce(curve_iterations, remaining_iterations) else curve_iterations end as curve "
                            f"from estimates where estimator = ? and job_id in ({marks}) order by step",
                            (estimator, *[j["id"] for j in jobs])):
             if r["curve"] is not None:

@@ -12,7 +12,6 @@ import json
 import time
 from typing import Any
 
-from tfonline.estimator._prior import MIN_RUNS, earlier_runs
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository, last_wall_time
 from tfonline.signature import Signature
@@ -47,8 +46,8 @@ JSON_SCHEMA = {
     "tuning_overhead_s": "float | null", "tuning_overhead_fraction": "float | null",
     "eta_accuracy": "[{fraction, step, estimator, estimated_remaining_s, actual_remaining_s, error}] "
                     "(empty unless the job converged with estimates; none for a fraction before the first)",
-    "eta_earlier_runs": "int: the job's earlier converged runs (same name and target, started before it) its ETA "
-                        "took (tfonline.estimator._prior); 0 with fewer than 2",
+    "eta_earlier_runs": "int: the job's earlier converged runs (same name and target) its ETA took "
+                        "(tfonline.estimator._prior), as its estimates recorded; 0 for none",
     "signature": "{variables, parameter_bytes, largest_bytes, partitioned, sparse_reads, ops, madds_per_example, "
                  "batch_size, example_shapes, optimizer, mode} | null: the workload (tfonline.signature)",
     "checkpoints": "[{step, path, kind ('periodic' | 'final' | 'interrupted'), cost_s}]",
@@ -177,12 +176,10 @@ def _eta_accuracy(repo: Repository, job: dict[str, Any], end: float | None) -> l
 
 
 def _eta_earlier_runs(repo: Repository, job: dict[str, Any]) -> int:
-    """How many earlier converged runs of the job its ETA took (:mod:`tfonline.estimator._prior`): those of its
-    name and target that started before it, where there are at least two; else 0."""
-    if job["target_loss"] is None:
-        return 0
-    count = len(earlier_runs(repo, job["name"], job["target_loss"], None, before=job["started_at"], exclude=job["id"]))
-    return count if count >= MIN_RUNS else 0
+    """How many earlier runs of the job its ETA took (:mod:`tfonline.estimator._prior`), as its estimates
+    recorded (0: none, or recorded before version 13)."""
+    row = next(repo.rows("select max(prior_runs) as n from estimates where job_id = ?", (job["id"],)))
+    return int(row["n"] or 0)
 
 
 def collect(repo: Repository, job: dict[str, Any]) -> dict[str, Any]:
