@@ -101,7 +101,7 @@ from figures import curve, draw  # noqa: E402
 
 from tfonline.cluster import default_node_count  # noqa: E402
 from tfonline.estimator import available_estimators, get_estimator  # noqa: E402
-from tfonline.estimator._quality import RunRating, combine, load_run, prior_of, rate_run, relative_errors  # noqa: E402
+from tfonline.estimator._quality import RunRating, combine, eta_errors, load_run, rate_run  # noqa: E402
 from tfonline.repository import Repository  # noqa: E402
 from tfonline.setting import short_form  # noqa: E402
 from tfonline.simulator.evaluate import evaluate  # noqa: E402
@@ -165,7 +165,7 @@ def _ratings(db: str, job_id: str) -> dict:
     repo = Repository(db, create=False)
     try:
         run = load_run(repo, job_id)
-        prior = prior_of(repo, run, ETA_ESTIMATOR) if run is not None else None
+        eta = _eta_rating(repo, run) if run is not None else None
     finally:
         repo.db.conn.close()
     if run is None:
@@ -176,18 +176,16 @@ def _ratings(db: str, job_id: str) -> dict:
         out[name] = {"training_time_s": r.training_time_s, "segment": r.segment,
                      "predicted_s": [None if x is None else float(f"{x:.6g}") for x in r.predicted_s],
                      "relative_error": {str(k): v for k, v in r.relative_error.items()}}
-    out["eta"] = _eta_rating(run, prior, out[ETA_ESTIMATOR]["relative_error"])
+    out["eta"] = eta
     return out
 
 
-def _eta_rating(run, prior, alone: dict) -> dict:
-    """The ETA's relative errors at 25 / 50 / 75% of ``run``: its estimator's answers taken with ``prior``, the job's
-    earlier runs in the repository (:mod:`tfonline.estimator._prior`); without a prior, the estimator's own
-    (``alone``), as the ETA then is."""
-    if prior is None:
-        return {"earlier_runs": 0, "relative_error": dict(alone)}
-    errors = relative_errors(run, get_estimator(ETA_ESTIMATOR), RANK_SEGMENT, prior)
-    return {"earlier_runs": prior.runs, "relative_error": {str(k): v for k, v in errors.items()}}
+def _eta_rating(repo: Repository, run) -> dict:
+    """The ETA's relative errors at 25 / 50 / 75% of ``run`` as it ran (:func:`~tfonline.estimator._quality.eta_errors`:
+    the answers it recorded, taken with the job's earlier runs in ``repo``), and its recorded answers' alone."""
+    r = eta_errors(repo, run, ETA_ESTIMATOR)
+    return {"earlier_runs": r["earlier_runs"],
+            **{key: {str(f): v for f, v in r[key].items()} for key in ("relative_error", "recorded_error")}}
 
 
 def _mend_eta(db: str, job_id: str, ratings: dict) -> dict:
@@ -196,12 +194,9 @@ def _mend_eta(db: str, job_id: str, ratings: dict) -> dict:
     repo = Repository(db)  # the benchmark's own repository: upgraded in place, if an older tfonline wrote it
     try:
         run = load_run(repo, job_id)
-        prior = prior_of(repo, run, ETA_ESTIMATOR) if run is not None else None
+        return ratings if run is None else dict(ratings, eta=_eta_rating(repo, run))
     finally:
         repo.close()
-    if run is None:
-        return ratings
-    return dict(ratings, eta=_eta_rating(run, prior, ratings[ETA_ESTIMATOR]["relative_error"]))
 
 
 class _Stop(Exception):
@@ -396,13 +391,14 @@ def _table_vi(traces: list[dict | None]) -> dict:
                                 for r in rated])
         out[estimator] = {"rank": q.rank, "picks": q.picks,
                           "median_relative_error": {str(k): v for k, v in q.median_relative_error.items()}}
-    etas = [r["eta"] for r in rated if r.get("eta")]
-    if etas:  # the ETA as a job shows it: its estimator with the job's earlier runs (rated since 2026-12-02)
-        out["eta"] = {"runs": len(etas), "with_earlier_runs": sum(e["earlier_runs"] > 0 for e in etas),
-                      "median_relative_error": {}}
-        for f in etas[0]["relative_error"]:
-            values = [e["relative_error"][f] for e in etas if e["relative_error"].get(f) is not None]
-            out["eta"]["median_relative_error"][f] = statistics.median(values) if values else None
+    etas = [r["eta"] for r in rated if r.get("eta", {}).get("recorded_error") is not None]
+    if etas:  # the ETA as the runs showed it: its estimator's recorded answers with the job's earlier runs
+        out["eta"] = {"runs": len(etas), "with_earlier_runs": sum(e["earlier_runs"] > 0 for e in etas)}
+        for key, median in (("relative_error", "median_relative_error"), ("recorded_error", "median_recorded_error")):
+            out["eta"][median] = {}
+            for f in etas[0][key]:
+                values = [e[key][f] for e in etas if e[key].get(f) is not None]
+                out["eta"][median][f] = statistics.median(values) if values else None
     return out
 
 
@@ -562,15 +558,17 @@ def markdown(result: dict) -> str:
                      + " | ".join(cells) + " |")
     lines += ["", "Median relative error of the remaining iterations (until the smoothed loss crosses the target) "
               "at 25 / 50 / 75% of each converged fixed run; target <= 25%:", "",
-              "| workload | " + " | ".join(available_estimators()) + " | the ETA: " + ETA_ESTIMATOR
-              + " with the job's earlier runs (runs rated; with a prior) |", "|---|" + "---|" * (len(available_estimators()) + 1)]
+              "| workload | " + " | ".join(available_estimators()) + " | the ETA as the runs showed it: " + ETA_ESTIMATOR
+              + "'s recorded answers with the job's earlier runs (the answers alone; runs rated, with a prior) |",
+              "|---|" + "---|" * (len(available_estimators()) + 1)]
     for name, w in result["workloads"].items():
         v = w["table_vi"]
         eta = v.get("eta")
         lines.append(f"| {name} | " + " | ".join(" / ".join(_fmt(x, ".2f") for x in v[e]["median_relative_error"].values())
                                               if e in v else "-" for e in available_estimators())
                      + " | " + (" / ".join(_fmt(x, ".2f") for x in eta["median_relative_error"].values())
-                                + f" ({eta['runs']}; {eta['with_earlier_runs']})" if eta else "- (rated before it)")
+                                + " (" + " / ".join(_fmt(x, ".2f") for x in eta["median_recorded_error"].values())
+                                + f"; {eta['runs']}, {eta['with_earlier_runs']})" if eta else "- (rated before it)")
                      + " |")
     if result.get("figures"):
         lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in result["figures"]]
@@ -641,7 +639,7 @@ def _mend_etas(book: journal.Journal, keys: list[str], fixed_db: str, log) -> No
     for key in keys:
         traces = book.traces.get(key) or {}
         ratings = traces.get("ratings")
-        if ratings and "eta" not in ratings and book.runs.get(key, {}).get("job_id"):
+        if ratings and "recorded_error" not in ratings.get("eta", {}) and book.runs.get(key, {}).get("job_id"):
             mended = _traced(log, "ETA ratings", lambda: {"ratings": _mend_eta(fixed_db, book.runs[key]["job_id"],
                                                                                 ratings)})
             if mended and "eta" in mended["ratings"]:

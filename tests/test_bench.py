@@ -520,19 +520,21 @@ def _rating(errors, segment=60):
 
 
 def test_the_eta_with_the_jobs_earlier_runs_is_rated_beside_the_estimators_and_is_what_the_target_reads(paper):
-    """Table VI keeps each estimator's errors, and beside them the ETA's (hogwild with the job's earlier runs);
-    the target reads the ETA's where every rated run has them, the estimator's alone where some were rated
-    before the ETA took earlier runs, and its row says which."""
+    """Table VI keeps each estimator's errors, and beside them the ETA's as the runs showed it (hogwild's recorded
+    answers with the job's earlier runs, and those answers alone); the target reads the ETA's where every rated
+    run has them, the estimator's alone where some were rated before, and its row says which."""
     def run(hogwild, eta, earlier):
         ratings = {name: _rating(hogwild) for name in ("hogwild", "loss-curve")}
         if eta is not None:
-            ratings["eta"] = {"earlier_runs": earlier, "relative_error": dict(_rating(eta)["relative_error"])}
+            ratings["eta"] = {"earlier_runs": earlier, "relative_error": dict(_rating(eta)["relative_error"]),
+                              "recorded_error": dict(_rating(hogwild)["relative_error"])}
         return {"ratings": ratings}
 
     both = paper._table_vi([run((0.3, 0.2, 0.1), (0.3, 0.2, 0.1), 0), run((0.5, 0.4, 0.3), (0.1, 0.2, 0.15), 2),
                             run((0.7, 0.6, 0.5), (0.2, 0.1, 0.05), 3)])
     assert both["eta"] == {"runs": 3, "with_earlier_runs": 2,
-                           "median_relative_error": {"0.25": 0.2, "0.5": 0.2, "0.75": 0.1}}
+                           "median_relative_error": {"0.25": 0.2, "0.5": 0.2, "0.75": 0.1},
+                           "median_recorded_error": {"0.25": 0.5, "0.5": 0.4, "0.75": 0.3}}
     assert both["hogwild"]["median_relative_error"] == {"0.25": 0.5, "0.5": 0.4, "0.75": 0.3}
     summary = {"ratios": {}}
     (row,) = paper._targets({"summary": summary, "table_vi": both})
@@ -553,7 +555,8 @@ def test_runs_rated_before_the_eta_took_earlier_runs_get_its_errors_from_the_rep
     def mend(db, job_id, ratings):
         if job_id == "j1":
             raise OSError("the repository is gone")
-        return dict(ratings, eta={"earlier_runs": 2, "relative_error": {"0.25": 0.1, "0.5": 0.1, "0.75": 0.1}})
+        return dict(ratings, eta={"earlier_runs": 2, "relative_error": {"0.25": 0.1, "0.5": 0.1, "0.75": 0.1},
+                                  "recorded_error": {"0.25": 0.3, "0.5": 0.2, "0.75": 0.1}})
 
     monkeypatch.setattr(paper, "_mend_eta", mend)
     said = []

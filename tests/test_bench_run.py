@@ -68,9 +68,11 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
     if logr["fixed"][0]["status"] == "converged":
         ratings = traces[1]["traces"]["ratings"]
         assert set(ratings) == {"hogwild", "loss-curve", "eta"}
-        # no earlier run of the job in the fixed runs' repository: the ETA is the estimator's own
-        assert ratings["eta"] == {"earlier_runs": 0, "relative_error": ratings["hogwild"]["relative_error"]}
-    assert "| the ETA: hogwild with the job's earlier runs (runs rated; with a prior) |" in text
+        # no earlier run of the job in the fixed runs' repository: the ETA was the answers it recorded
+        assert ratings["eta"]["earlier_runs"] == 0
+        assert ratings["eta"]["relative_error"] == ratings["eta"]["recorded_error"]
+    assert ("| the ETA as the runs showed it: hogwild's recorded answers with the job's earlier runs (the answers "
+            "alone; runs rated, with a prior) |") in text
     stem = str(tmp_path / md[: -len(".md")])
     for path in (stem + "-tuned.db", stem + "-fixed.db", stem + "-loss-logr.png"):
         os.remove(path)

@@ -134,7 +134,7 @@ def _estimate_quality(args) -> int:
         runs = load_runs(repo, args.job)
         names = args.estimator or available_estimators()
         qualities = [estimate_quality(runs, name, args.segment) for name in names]
-        etas = [eta_quality(repo, runs, name, args.segment) for name in names]
+        etas = [eta_quality(repo, runs, name, args.segment) for name in names]  # from the estimates they recorded
     finally:
         repo.close()
     print(quality_text(qualities, args.job, args.segment, etas))

@@ -26,8 +26,8 @@ import sys
 import numpy as np
 
 from tfonline.estimator import get_estimator
-from tfonline.estimator._prior import EarlierRun, IterationsPrior, earlier_runs
-from tfonline.estimator._quality import FRACTIONS, load_runs, prior_of, relative_errors
+from tfonline.estimator._prior import EarlierRun, IterationsPrior
+from tfonline.estimator._quality import FRACTIONS, eta_errors, load_runs, prior_of, relative_errors
 from tfonline.repository import Repository
 
 SEGMENT = 60  # the benchmark's RANK_SEGMENT
@@ -126,35 +126,21 @@ def from_journal(stem: str, set_aside: bool = False) -> None:
 
 def from_estimates(path: str, names: list[str]) -> None:
     """Each converged job of a repository, oldest first, by what its ETA recorded as it ran (the ``estimates``
-    table): at 25 / 50 / 75% of its iterations the last answer at or before, alone and taken with the prior of
-    the converged jobs of its name that started before it (each with the answers it recorded), as the ETA now
-    takes it. Rates a repository's tuned jobs, which Table VI does not."""
+    table; :func:`tfonline.estimator._quality.eta_errors`): at 25 / 50 / 75% of its iterations the last answer at
+    or before, alone and taken with the prior of the converged jobs of its name that started before it (each with
+    the answers it recorded), as the ETA now takes it. Table VI's ETA column is this, over the fixed runs."""
     repo = Repository(path, create=False)
     try:
         for name in names or sorted({j["name"] for j in repo.jobs()}):
-            jobs = [j for j in repo.jobs(name) if j["status"] == "converged" and j["iterations"]]
             curve_rows, both_rows = [], []
             print(f"{name}: the recorded answers alone | the ETA with the earlier runs (runs)")
-            for job in jobs:
-                runs = earlier_runs(repo, name, job["target_loss"], "hogwild", job["started_at"], exclude=job["id"])
-                own = next(r for r in earlier_runs(repo, name, job["target_loss"], "hogwild") if r.job_id == job["id"])
-                prior = IterationsPrior.of(runs)
-                total, curve, both = job["iterations"], {}, {}
-                for f in FRACTIONS:
-                    at = f * total
-                    said = [(k, c) for k, c in zip(own.steps, own.curve) if k <= at]  # in step order
-                    if not said:
-                        curve[f] = both[f] = None
-                        continue
-                    k, answer = said[-1]
-                    actual = total - k
-                    curve[f] = abs(answer - actual) / actual
-                    both[f] = abs(prior.combine(k, answer) - actual) / actual if prior else None
-                print(f"  {job['id']} {total:>7} it  {_text(curve)}  |  {_text(both) if prior else '-'}  "
-                      f"({prior.runs if prior else 0} runs)")
-                if prior is not None and None not in both.values():
-                    curve_rows.append(curve)
-                    both_rows.append(both)
+            for run in sorted(load_runs(repo, name), key=lambda r: r.started_at or 0.0):
+                r = eta_errors(repo, run, "hogwild")
+                print(f"  {run.job_id} {run.steps.size:>7} it  {_text(r['recorded_error'])}  |  "
+                      f"{_text(r['relative_error']) if r['earlier_runs'] else '-'}  ({r['earlier_runs']} runs)")
+                if r["earlier_runs"] and None not in r["relative_error"].values():
+                    curve_rows.append(r["recorded_error"])
+                    both_rows.append(r["relative_error"])
             if both_rows:
                 print(f"  median over the {len(both_rows)} runs with a prior: recorded {_medians(curve_rows)}; the "
                       f"ETA {_medians(both_rows)}")

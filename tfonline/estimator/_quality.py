@@ -196,20 +196,45 @@ def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **optio
     return combine(estimator_name, [rate_run(run, estimator, segment) for run in runs])
 
 
-def eta_quality(repo: Repository, runs: list[Run], estimator_name: str, segment: int) -> Quality:
-    """The relative errors of the ETA a job shows with ``estimator_name``: its answers taken with the runs of the
-    job that converged before each run (:func:`prior_of`; no rank: the prior is every run's alike). ``picks``
-    counts the runs that had such a prior (the others' ETA is the estimator's own)."""
-    estimator = get_estimator(estimator_name)
-    priors = [prior_of(repo, run, estimator_name) for run in runs]
-    ratings = [RunRating(run.training_time_s, segment, [], relative_errors(run, estimator, segment, prior))
-               for run, prior in zip(runs, priors)]
-    quality = combine(f"{estimator_name} with the job's earlier runs", ratings)
-    quality.picks = sum(p is not None for p in priors)
-    return quality
+def eta_errors(repo: Repository, run: Run, estimator_name: str) -> dict:
+    """The ETA of ``run`` as it ran, read back: at each of :data:`FRACTIONS` of its iterations, the last answer
+    ``estimator_name`` recorded there (the ``estimates`` table), alone and taken with the prior of the runs of the
+    job that converged before it (:func:`prior_of`), as the ETA takes it; each as ``|predicted − actual| / actual``
+    of the iterations left (None: no answer recorded by then). Unlike :func:`relative_errors`, no fit is made
+    again: the earlier runs' answers calibrate this run's recorded answers, the same estimator's, in the same
+    way. Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the ETA's, and the answers' alone)."""
+    own = next((r for r in earlier_runs(repo, run.name, run.target_loss, estimator_name) if r.job_id == run.job_id),
+               None)
+    prior = prior_of(repo, run, estimator_name)
+    eta, alone = {}, {}
+    for fraction in FRACTIONS:
+        said = [] if own is None else [(k, c) for k, c in zip(own.steps, own.curve)
+                                       if k <= fraction * own.iterations and k < own.iterations]
+        if not said:
+            eta[fraction] = alone[fraction] = None
+            continue
+        k, answer = said[-1]
+        actual = own.iterations - k
+        alone[fraction] = abs(answer - actual) / actual
+        eta[fraction] = alone[fraction] if prior is None else abs(prior.combine(k, answer) - actual) / actual
+    return {"earlier_runs": prior.runs if prior else 0, "relative_error": eta, "recorded_error": alone}
 
 
-def quality_text(qualities: list[Quality], job_name: str, segment: int, etas: list[Quality] = ()) -> str:
+def eta_quality(repo: Repository, runs: list[Run], estimator_name: str, segment: int) -> tuple[Quality, Quality]:
+    """The ETA a job showed with ``estimator_name`` (:func:`eta_errors`), over ``runs``: its median errors, and
+    those of the answers it recorded alone (no rank). ``picks`` counts the runs that had earlier runs."""
+    rated = [eta_errors(repo, run, estimator_name) for run in runs]
+    qualities = []
+    for key, name in (("relative_error", f"{estimator_name} with the job's earlier runs"),
+                      ("recorded_error", f"{estimator_name}'s recorded answers alone")):
+        q = combine(name, [RunRating(run.training_time_s, segment, [], r[key]) for run, r in zip(runs, rated)])
+        q.picks = sum(r["earlier_runs"] > 0 for r in rated)
+        qualities.append(q)
+    return qualities[0], qualities[1]
+
+
+def quality_text(qualities: list[Quality], job_name: str, segment: int,
+                 etas: list[tuple[Quality, Quality]] = ()) -> str:
     runs = qualities[0].runs
     lines = [f"estimator quality for {job_name}: {runs} converged runs, segments of {segment} iterations",
              f"  {'estimator':<12} {'rank (of ' + str(runs) + ')':>12} {'picks':>6}   median relative error "
@@ -220,8 +245,11 @@ def quality_text(qualities: list[Quality], job_name: str, segment: int, etas: li
             ("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}")
             + f" ({q.unavailable[f]})" for f in FRACTIONS)
         lines.append(f"  {q.estimator:<12} {rank:>12} {q.picks:>6}   {errors}")
-    for q in etas:
-        errors = " / ".join("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}"
-                            for f in FRACTIONS)
-        lines.append(f"  the ETA, {q.estimator}: {errors} ({q.picks} of {q.runs} runs had 2 or more before them)")
+    def medians(q: Quality) -> str:
+        return " / ".join("-" if q.median_relative_error[f] is None else f"{q.median_relative_error[f]:.2f}"
+                          for f in FRACTIONS)
+
+    for eta, alone in etas:
+        lines.append(f"  the ETA as the runs showed it, {eta.estimator}: {medians(eta)} ({alone.estimator}: "
+                     f"{medians(alone)}; {eta.picks} of {eta.runs} runs had 2 or more before them)")
     return "\n".join(lines)
