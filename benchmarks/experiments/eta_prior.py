@@ -2,19 +2,16 @@
 
     python benchmarks/experiments/eta_prior.py benchmarks/results/<stem>-fixed.db [JOB_NAME ...]
     python benchmarks/experiments/eta_prior.py --journal benchmarks/results/<stem> [--set-aside]
-    python benchmarks/experiments/eta_prior.py --estimates benchmarks/results/<stem>-tuned.db [JOB_NAME ...]
 
-For each job name (all in the repository when none is given), every
-converged run, oldest first, is rated as Table VI rates it
-(:func:`tfonline.estimator._quality.relative_errors`, the hogwild estimator,
-segments of 60 iterations): once by the curve alone, once with the prior of
-the converged runs of the job that started before it. Prints each run's
-errors at 25 / 50 / 75% and, per job, their medians over the runs that had
-a prior. Reads only; about a second a run of 150,000 iterations.
+A repository: each converged run of each job name (all when none is given),
+oldest first, by what its ETA recorded as it ran, as Table VI rates the ETA
+(:func:`from_estimates`). Reads only (an older repository must be upgraded
+first: ``tfonline upgrade`` on a copy).
 
-``--journal``: the same, for a full benchmark whose fixed runs' repository
-is gone with an earlier machine, from what its journal kept
-(:func:`from_journal`).
+``--journal``: a full benchmark whose fixed runs' repository is gone with an
+earlier machine, from the ratings its journal kept (:func:`from_journal`):
+there the curve's answers are the estimators' ratings', fitted again on
+segments of 60 iterations, for the runs rated and their calibration alike.
 """
 
 from __future__ import annotations
@@ -25,12 +22,10 @@ import sys
 
 import numpy as np
 
-from tfonline.estimator import get_estimator
 from tfonline.estimator._prior import EarlierRun, IterationsPrior
-from tfonline.estimator._quality import FRACTIONS, eta_errors, load_runs, prior_of, relative_errors
+from tfonline.estimator._quality import FRACTIONS, eta_errors, load_runs
 from tfonline.repository import Repository
 
-SEGMENT = 60  # the benchmark's RANK_SEGMENT
 
 
 def _text(errors: dict) -> str:
@@ -149,37 +144,14 @@ def from_estimates(path: str, names: list[str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--estimates"] and len(argv) >= 2:
-        from_estimates(argv[1], argv[2:])
-        return 0
     if argv[:1] == ["--journal"] and len(argv) in (2, 3) and argv[2:] in ([], ["--set-aside"]):
         from_journal(argv[1], set_aside=argv[2:] == ["--set-aside"])
         return 0
     if not argv or argv[0].startswith("--"):
-        print(f"eta_prior.py: expected a repository, --journal STEM [--set-aside] or --estimates DB, got "
+        print(f"eta_prior.py: expected a repository, or --journal STEM [--set-aside], got "
               f"{' '.join(argv) or 'no arguments'}", file=sys.stderr)
         return 2
-    repo = Repository(argv[0], create=False)
-    try:
-        names = argv[1:] or sorted({j["name"] for j in repo.jobs()})
-        for name in names:
-            curve_rows, both_rows = [], []
-            print(f"{name}: curve alone | with the earlier runs' prior (runs; their iterations' spread)")
-            for run in sorted(load_runs(repo, name), key=lambda r: r.started_at or 0.0):
-                estimator = get_estimator("hogwild")
-                prior = prior_of(repo, run, "hogwild")
-                curve = relative_errors(run, estimator, SEGMENT)
-                both = relative_errors(run, estimator, SEGMENT, prior) if prior else None
-                about = f"{prior.runs} runs, sd {prior.sd_log:.2f}" if prior else "no prior"
-                print(f"  {run.job_id} {run.setting:<44} {run.steps.size:>7} it  {_text(curve)}  |  "
-                      f"{_text(both) if both else '-'}  ({about})")
-                if both:
-                    curve_rows.append(curve)
-                    both_rows.append(both)
-            print(f"  median over the {len(both_rows)} runs with a prior: curve {_medians(curve_rows)}; "
-                  f"with the prior {_medians(both_rows)}")
-    finally:
-        repo.close()
+    from_estimates(argv[0], argv[1:])
     return 0
 
 

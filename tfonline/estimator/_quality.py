@@ -115,14 +115,11 @@ def prior_of(repo: Repository, run: Run, estimator: str) -> IterationsPrior | No
                                            exclude=run.job_id))
 
 
-def _predict(estimator, run: Run, lo: int, hi: int, prior: IterationsPrior | None = None) -> tuple[float | None, float]:
-    """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration). ``prior``: the
-    earlier runs' iterations to the target, taken with the curve's answer (:class:`IterationsPrior`)."""
+def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
+    """Fits on iterations [lo, hi) of ``run``; returns (remaining iterations, s per iteration)."""
     est = estimator.fit(run.steps[lo:hi], run.losses[lo:hi], start_step=run.steps[lo] - 1,
                         start_loss=run.losses[lo], history=(run.steps[:lo], run.losses[:lo]))
     remaining = est.iterations_to_cross(float(run.smoothed[hi - 1]), run.target_loss, run.smoothing_window)
-    if prior is not None:
-        remaining = prior.combine(float(run.steps[hi - 1]), remaining)
     per_iteration_s = float(run.walls[hi - 1] - run.walls[lo]) / max(1.0, float(run.steps[hi - 1] - run.steps[lo]))
     return remaining, per_iteration_s
 
@@ -150,16 +147,15 @@ def rate_run(run: Run, estimator, segment: int) -> RunRating:
     return RunRating(run.training_time_s, segment, predicted, relative_errors(run, estimator, segment))
 
 
-def relative_errors(run: Run, estimator, segment: int, prior: IterationsPrior | None = None) -> dict[float, float | None]:
+def relative_errors(run: Run, estimator, segment: int) -> dict[float, float | None]:
     """At each of :data:`FRACTIONS` of ``run``: ``|predicted − actual| / actual`` of its remaining iterations,
-    the estimator fitted on the ``segment`` iterations before (None: no estimate there); ``prior``: the job's
-    earlier runs (:class:`IterationsPrior`, :func:`prior_of`), taken with the estimator's answer as the ETA
-    takes it."""
+    the estimator fitted on the ``segment`` iterations before (None: no estimate there). (The ETA's, which takes
+    the job's earlier runs, is read from what the run recorded: :func:`eta_errors`.)"""
     errors: dict[float, float | None] = {}
     for fraction in FRACTIONS:
         cut = int(run.steps.size * fraction)
         lo = max(0, cut - segment)
-        remaining = _predict(estimator, run, lo, cut, prior)[0] if cut - lo >= 2 else None
+        remaining = _predict(estimator, run, lo, cut)[0] if cut - lo >= 2 else None
         actual = run.steps.size - cut
         errors[fraction] = None if remaining is None or actual <= 0 else abs(remaining - actual) / actual
     return errors
@@ -201,8 +197,8 @@ def eta_errors(repo: Repository, run: Run, estimator_name: str) -> dict:
     ``estimator_name`` recorded there (the ``estimates`` table), alone and taken with the prior of the runs of the
     job that converged before it (:func:`prior_of`), as the ETA takes it; each as ``|predicted − actual| / actual``
     of the iterations left (None: no answer recorded by then). Unlike :func:`relative_errors`, no fit is made
-    again: the earlier runs' answers calibrate this run's recorded answers, the same estimator's, in the same
-    way. Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the ETA's, and the answers' alone)."""
+    again: the earlier runs' recorded answers calibrate this run's recorded answers, which came from the same
+    fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the ETA's, and the answers' alone)."""
     own = next((r for r in earlier_runs(repo, run.name, run.target_loss, estimator_name) if r.job_id == run.job_id),
                None)
     prior = prior_of(repo, run, estimator_name)
