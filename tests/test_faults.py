@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 from conftest import after_iterations, node_processes, own_node_processes
-from jobs import CountdownJob, SlowerLogR, TinyLogR, TunedLogR
+from jobs import CountdownJob, TinyLogR, TunedLogR
 from test_estimator import _install_distribution, site  # noqa: F401  (the fixture)
 
 from tfonline.cli import main
@@ -67,8 +67,10 @@ BROKEN_ESTIMATOR = (
 
 
 def test_an_estimator_that_raises_costs_the_eta_not_the_job(site, cluster, db_path, capsys):  # noqa: F811
+    """TunedLogR, not SlowerLogR: under two test workers SlowerLogR's 2-s job once ended before the monitor's first
+    estimate (its display said "no estimate yet", 2026-12-02)."""
     _install_distribution(site, "thirdparty-broken", "broken = thirdparty_broken:Broken", module=BROKEN_ESTIMATOR)
-    result = SlowerLogR().run(db=db_path, cluster=cluster, estimator="broken", quiet=False)
+    result = TunedLogR().run(db=db_path, cluster=cluster, estimator="broken", quiet=False)
     assert result.status == "converged", result.stop_reason
     assert _rows(db_path, "select count(*) from estimates") == [(0,)]
     last_line = capsys.readouterr().out.strip().splitlines()[-1]  # the display's last status
