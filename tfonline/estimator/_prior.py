@@ -162,15 +162,15 @@ def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, bef
             and math.isclose(float(r["target_loss"]), float(target_loss), rel_tol=1e-9)
             and (before is None or (r["started_at"] is not None and r["started_at"] < before))]
     answers: dict[str, list[tuple[float, float]]] = {}
+    wanted = {j["id"] for j in jobs}
     if estimator is not None and jobs:
-        marks = ", ".join("?" * len(jobs))
         # before version 13 an estimate's remaining_iterations was the curve's answer; 13 kept curve_iterations
         # beside it; since 14, prior_runs says the row is one whose curve_iterations alone is the curve's (NULL: none)
-        for r in repo.rows(f"select job_id, step, case when prior_runs is null then "
-                           f"coalesce(curve_iterations, remaining_iterations) else curve_iterations end as curve "
-                           f"from estimates where estimator = ? and job_id in ({marks}) order by step",
-                           (estimator, *[j["id"] for j in jobs])):
-            if r["curve"] is not None:
+        for r in repo.rows("select e.job_id, e.step, case when e.prior_runs is null then "
+                           "coalesce(e.curve_iterations, e.remaining_iterations) else e.curve_iterations end as curve "
+                           "from estimates e join jobs j on j.id = e.job_id where j.name = ? and j.status = ? and "
+                           "e.estimator = ? order by e.step", (name, "converged", estimator)):
+            if r["curve"] is not None and r["job_id"] in wanted:
                 answers.setdefault(r["job_id"], []).append((float(r["step"]), float(r["curve"])))
     out = []
     for job in jobs:
