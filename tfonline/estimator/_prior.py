@@ -25,9 +25,11 @@ on this job, and which way: on the full benchmark's CNN they said 2.6x and
   as it went (the ``estimates`` table's ``curve_iterations``; before
   version 14, its ``remaining_iterations``); against the
   iterations it then had left, each is a log error at the run's fraction
-  k/N. This run's fraction is taken as k over the prior's median N, and the
-  earlier runs' log errors within :data:`CALIBRATION_WIDTH` of it are
-  averaged per run. With at least :data:`MIN_RUNS` runs there, the curve's
+  k/N. This run's fraction is read as k / (k + the answer's iterations
+  left), starting from the prior's and for :data:`FRACTION_ROUNDS` rounds
+  (the calibration at the fraction the answer implies: the CNN's bias grows
+  through its runs), and the earlier runs' log errors within
+  :data:`CALIBRATION_WIDTH` of it are averaged per run. With at least :data:`MIN_RUNS` runs there, the curve's
   answer is divided by the exponential of their mean (its bias on this
   job), and its error is their standard deviation (at least
   :data:`MIN_LOG_SD`, widened as above). Without, the answer stands and is
@@ -44,6 +46,11 @@ or when this run has gone past all but :data:`OUTLIVED` of the
 distribution (it is not like the earlier ones): the curve's answer stands.
 Where the curve has no answer (no decrease seen yet), the prior's median
 is the estimate. A curve that says 0 (the target reached) is kept.
+
+The prior pools the earlier runs whatever their setting; where the
+setting moves the iterations (the CNN's asynchronous workers: 4,111-4,393
+on one or two, 6,292-7,044 on three), a run is told another setting's
+length (README "Progress estimators" has the measured errors).
 """
 
 from __future__ import annotations
