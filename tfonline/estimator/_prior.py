@@ -74,12 +74,13 @@ OUTLIVED = 0.01  # the share of the prior above k under which this run has outli
 @dataclass(frozen=True)
 class EarlierRun:
     """An earlier converged run of the job: its ``iterations``, and the curve's answers it recorded: at each of
-    ``steps``, ``curve`` iterations left (empty: none recorded); ``job_id``: where it was read from."""
+    ``steps``, ``curve`` iterations left (empty: none recorded); ``job_id`` and ``started_at``: the job read."""
 
     iterations: int
     steps: np.ndarray = field(default_factory=lambda: np.empty(0))
     curve: np.ndarray = field(default_factory=lambda: np.empty(0))
     job_id: str | None = None
+    started_at: float | None = None
 
     def log_errors(self) -> tuple[np.ndarray, np.ndarray]:
         """Its fraction k/N at each usable answer (one with iterations really left, and above 0), and the
@@ -182,5 +183,5 @@ def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, bef
     out = []
     for job in jobs:
         steps, curve = (np.array(a).T if (a := answers.get(job["id"])) else (np.empty(0), np.empty(0)))
-        out.append(EarlierRun(int(job["iterations"]), steps, curve, job["id"]))
+        out.append(EarlierRun(int(job["iterations"]), steps, curve, job["id"], job["started_at"]))
     return out

@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from tfonline.estimator import get_estimator
-from tfonline.estimator._prior import IterationsPrior, earlier_runs
+from tfonline.estimator._prior import EarlierRun, IterationsPrior, earlier_runs
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 
@@ -192,16 +192,20 @@ def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **optio
     return combine(estimator_name, [rate_run(run, estimator, segment) for run in runs])
 
 
-def eta_errors(repo: Repository, run: Run, estimator_name: str) -> dict:
+def eta_errors(repo: Repository, run: Run, estimator_name: str, every: list[EarlierRun] | None = None) -> dict:
     """The ETA of ``run`` as it ran, read back: at each of :data:`FRACTIONS` of its iterations, the last answer
     ``estimator_name`` recorded there (the ``estimates`` table), alone and taken with the prior of the runs of the
     job that converged before it (:func:`prior_of`), as the ETA takes it; each as ``|predicted − actual| / actual``
-    of the iterations left (None: no answer recorded by then). Unlike :func:`relative_errors`, no fit is made
+    of the iterations left (None: no answer recorded by then); ``every``: the job's converged runs with their
+    answers (:func:`~tfonline.estimator._prior.earlier_runs` of its name and target, oldest first), where the
+    caller has read them (one read for all the runs it rates). Unlike :func:`relative_errors`, no fit is made
     again: the earlier runs' recorded answers calibrate this run's recorded answers, which came from the same
     fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the ETA's, and the answers' alone)."""
-    own = next((r for r in earlier_runs(repo, run.name, run.target_loss, estimator_name) if r.job_id == run.job_id),
-               None)
-    prior = prior_of(repo, run, estimator_name)
+    if every is None:
+        every = earlier_runs(repo, run.name, run.target_loss, estimator_name)
+    own = next((r for r in every if r.job_id == run.job_id), None)
+    prior = IterationsPrior.of([r for r in every if r.job_id != run.job_id and r.started_at is not None
+                                and run.started_at is not None and r.started_at < run.started_at])
     eta, alone = {}, {}
     for fraction in FRACTIONS:
         said = [] if own is None else [(k, c) for k, c in zip(own.steps, own.curve)
@@ -219,7 +223,11 @@ def eta_errors(repo: Repository, run: Run, estimator_name: str) -> dict:
 def eta_quality(repo: Repository, runs: list[Run], estimator_name: str, segment: int) -> tuple[Quality, Quality]:
     """The ETA a job showed with ``estimator_name`` (:func:`eta_errors`), over ``runs``: its median errors, and
     those of the answers it recorded alone (no rank). ``picks`` counts the runs that had earlier runs."""
-    rated = [eta_errors(repo, run, estimator_name) for run in runs]
+    every: dict[float, list[EarlierRun]] = {}  # by target: a job's runs are read once, not once a run
+    for run in runs:
+        if run.target_loss not in every:
+            every[run.target_loss] = earlier_runs(repo, run.name, run.target_loss, estimator_name)
+    rated = [eta_errors(repo, run, estimator_name, every[run.target_loss]) for run in runs]
     qualities = []
     for key, name in (("relative_error", f"{estimator_name} with the job's earlier runs"),
                       ("recorded_error", f"{estimator_name}'s recorded answers alone")):
