@@ -593,8 +593,8 @@ def test_the_eta_experiment_rebuilds_the_curves_answers_from_a_journal_and_takes
     assert curve == "1.00 / 1.00 / 1.00"
     assert all(float(x) < 0.1 for x in eta.split(" / ")), median
     assert eta_prior.main([]) == 2
-    assert capsys.readouterr().err == ("eta_prior.py: expected a repository, or --journal STEM [--set-aside] [--pooled], got "
-                                       "no arguments\n")
+    assert capsys.readouterr().err == ("eta_prior.py: expected a repository, or --journal STEM [--set-aside] "
+                                       "[--pooled], got no arguments\n")
     assert eta_prior.main(["--journal", "x", "--all"]) == 2
     assert capsys.readouterr().err.endswith("got --journal x --all\n")
 

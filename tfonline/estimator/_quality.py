@@ -194,8 +194,8 @@ def eta_errors(repo: Repository, run: Run, estimator_name: str, every: list[Earl
     answers (:func:`~tfonline.estimator._prior.earlier_runs` of its name and target, oldest first), where the
     caller has read them (one read for all the runs it rates). Unlike :func:`relative_errors`, no fit is made
     again: the earlier runs' recorded answers calibrate this run's recorded answers, which came from the same
-    fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the job's earlier runs; the ETA's errors, and the
-    answers' alone)."""
+    fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs",
+    "relative_error", "recorded_error"}`` (the job's earlier runs; the ETA's errors, and the answers' alone)."""
     if every is None:
         every = earlier_runs(repo, run.name, run.target_loss, estimator_name)
     own = next((r for r in every if r.job_id == run.job_id), None)
