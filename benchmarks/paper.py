@@ -470,12 +470,13 @@ def _machine_lines(result: dict) -> list[str]:
                    if load["steal"] > MACHINE_FLAG or load["others"] > MACHINE_FLAG]
         lines.append(f"- {name}: {len(loads)} of {len(runs)} runs recorded; at most "
                      f"{max(l['steal'] for _, l in loads):.1%} stolen, {max(l['others'] for _, l in loads):.1%} "
-                     f"taken by other processes" + (f"; over {MACHINE_FLAG:.0%}: {', '.join(flagged)}" if flagged
-                                                   else ""))
+                     f"taken by other processes ({max(l.get('niced', 0.0) for _, l in loads):.1%} by ones at a lower "
+                     "priority)" + (f"; over {MACHINE_FLAG:.0%}: {', '.join(flagged)}" if flagged else ""))
     if not lines:
         return []
     return ["What else the machine did during the runs (its CPUs' time: stolen by the hypervisor, or busy in "
-            "processes other than the benchmark and the nodes it started):", "", *lines, ""]
+            "processes other than the benchmark and the nodes it started; those at a lower priority take only what "
+            "the benchmark leaves, and are not flagged):", "", *lines, ""]
 
 
 def _best_seeds_table(result: dict) -> list[str]:

@@ -36,7 +36,7 @@ TOLERANCE = 1.25  # a check this many times slower or faster than the reference 
 
 
 # /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal (guest time is counted in user)
-_BUSY, _IDLE, _STEAL = (0, 1, 2, 5, 6), (3, 4), (7,)
+_BUSY, _NICE, _IDLE, _STEAL = (0, 2, 5, 6), (1,), (3, 4), (7,)
 
 
 def machine_sample(stat: str = "/proc/stat") -> tuple | None:
@@ -55,8 +55,10 @@ def machine_sample(stat: str = "/proc/stat") -> tuple | None:
 
 def machine_load(before: tuple | None, after: tuple | None) -> dict | None:
     """How the machine's CPU time went between two :func:`machine_sample` s: the shares of it stolen by the
-    hypervisor (``steal``: a host that ran others' machines on these cores), idle, and busy in processes other
-    than this one and the children it waited for (``others``: another job on this machine); None without both.
+    hypervisor (``steal``: a host that ran others' machines on these cores), idle, busy in processes other
+    than this one and the children it waited for at the default priority or above (``others``: another job on
+    this machine), and in processes at a lower one (``niced``: they take what the others leave, such as tests run
+    at idle priority beside a sitting); None without both. This process is taken to run at the default priority.
 
     A benchmark's runs are comparable only on a machine that keeps its speed, and one machine's speed moved
     1.7x within six hours (NOTES.md, fiftieth session) with no cause seen. So every run records this beside
@@ -70,8 +72,9 @@ def machine_load(before: tuple | None, after: tuple | None) -> dict | None:
         return None
     tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
     busy_s, ours_s = sum(ticks[i] for i in _BUSY) * tick_s, max(after[1] - before[1], 0.0)
-    return {"steal": sum(ticks[i] for i in _STEAL) / total, "idle": sum(ticks[i] for i in _IDLE) / total,
-            "others": max(busy_s - ours_s, 0.0) / (total * tick_s)}
+    share = lambda fields: sum(ticks[i] for i in fields) / total  # noqa: E731
+    return {"steal": share(_STEAL), "idle": share(_IDLE), "others": max(busy_s - ours_s, 0.0) / (total * tick_s),
+            "niced": share(_NICE)}
 
 
 def measure(name: str, mode: str) -> dict:

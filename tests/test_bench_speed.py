@@ -227,8 +227,9 @@ def test_a_sitting_that_stops_writes_the_tables_with_its_own_speed_checks(journa
 
 
 def test_a_runs_machine_load_is_the_share_of_cpu_time_stolen_idle_and_taken_by_other_processes(speed, tmp_path):
-    """Two /proc/stat samples 10 s apart on 2 cores at 100 ticks a second (2,000 ticks): 1,400 busy, of which this
-    process and its children took 10 s (1,000 ticks), 100 stolen, 500 idle."""
+    """Two /proc/stat samples 10 s apart on 2 cores at 100 ticks a second (2,000 ticks): 1,300 busy at the default
+    priority, of which this process and its children took 10 s (1,000 ticks), 100 at a lower one, 100 stolen,
+    500 idle."""
     stat = tmp_path / "stat"
     stat.write_text("cpu  1000 0 500 9000 100 0 0 50 0 0\ncpu0 1 2 3 4 5 6 7 8\n")
     ticks, own_s = speed.machine_sample(str(stat))
@@ -238,7 +239,7 @@ def test_a_runs_machine_load_is_the_share_of_cpu_time_stolen_idle_and_taken_by_o
     after = ([2000, 100, 800, 9400, 200, 0, 0, 150], 5.0 + 1000 * tick_s)
     load = speed.machine_load(before, after)
     assert load["steal"] == pytest.approx(100 / 2000) and load["idle"] == pytest.approx(500 / 2000)
-    assert load["others"] == pytest.approx((1400 - 1000) / 2000)
+    assert load["others"] == pytest.approx((1300 - 1000) / 2000) and load["niced"] == pytest.approx(100 / 2000)
     # this process busier than the machine's busy ticks (their rounding): no one else, not a negative share
     assert speed.machine_load(before, (after[0], 5.0 + 5000 * tick_s))["others"] == 0.0
     assert speed.machine_load(before, None) is None and speed.machine_load(before, before) is None
@@ -266,6 +267,6 @@ def test_the_tables_list_the_runs_that_shared_their_machine(paper, tmp_path, cap
                        "--out", str(tmp_path)]) == 0
     capsys.readouterr()
     text = next(tmp_path.glob("*-full.md")).read_text()
-    assert ("- logr: 3 of 7 runs recorded; at most 8.0% stolen, 31.0% taken by other processes; over 5%: tuned 1 "
-            "(0% stolen, 31% others'), checkpoint (8% stolen, 0% others')") in text
+    assert ("- logr: 3 of 7 runs recorded; at most 8.0% stolen, 31.0% taken by other processes (0.0% by ones at a "
+            "lower priority); over 5%: tuned 1 (0% stolen, 31% others'), checkpoint (8% stolen, 0% others')") in text
     assert "sitting 1 3.000 ms (12% stolen, 0% others')" in text
