@@ -135,13 +135,14 @@ PAPER = {"vs_average": "1.4-2.5x faster", "vs_worst": "6-18x faster", "vs_best":
 
 
 def _run(job, db: str, log, **kwargs) -> dict:
-    started = time.monotonic()
+    started, machine = time.monotonic(), speed.machine_sample()
     try:
         result = job.run(db=db, quiet=True, **kwargs)
         row = job_row(db, result.job_id)
     except Exception as e:  # a setting that fails is a result too (e.g. out of memory); the benchmark goes on
         row = {"status": "failed", "error": f"{type(e).__name__}: {e}", "completion_time_s": None}
     row["wall_s"] = time.monotonic() - started
+    row["machine"] = speed.machine_load(machine, speed.machine_sample())  # what else the machine did meanwhile
     log(f"    {row['status']:<10} {row.get('completion_time_s') or 0:7.1f} s  "
         f"{row.get('iterations') or 0:>6} it  {row.get('most_used_setting') or row.get('error', '')}")
     if row.get("job_id"):
@@ -431,6 +432,9 @@ def _speed_checks(result: dict) -> list[str]:
             notes = [] if ratio is None else [f"{ratio:.2f}x"]
             if c.get("deferred"):
                 notes.append("deferred")
+            load = c.get("machine") or {}
+            if load.get("steal", 0) > MACHINE_FLAG or load.get("others", 0) > MACHINE_FLAG:
+                notes.append(f"{load['steal']:.0%} stolen, {load['others']:.0%} others'")
             cells.append(f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
                          + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
@@ -444,6 +448,35 @@ def _speed_checks(result: dict) -> list[str]:
     return [f"Speed checks (each sitting, before its first run of a workload: the default setting at seed 0 for "
             f"{speed.CHECK_S:.0f} s, time per iteration; a workload more than {speed.TOLERANCE:g}x off its first "
             "check waits for a machine like it):", "", *lines, ""]
+
+
+MACHINE_FLAG = 0.05  # a run whose CPUs lost more than this share to steal, or to other processes, is listed
+
+
+def _machine_lines(result: dict) -> list[str]:
+    """What else the machine did during each workload's runs (:func:`speed.machine_load`, recorded since
+    2026-12-02): per workload, the largest shares of its CPUs stolen by the hypervisor and taken by other
+    processes, and the runs over :data:`MACHINE_FLAG` of either."""
+    lines = []
+    for name, w in result["workloads"].items():
+        runs = [(f"tuned {i}", r) for i, r in enumerate(w.get("tuned") or [])]
+        runs += [("checkpoint", w["checkpoint"])] if w.get("checkpoint") else []
+        runs += [(f"start {i}", r) for i, r in enumerate(w.get("starts") or [])]
+        runs += [(f"fixed {i}", r) for i, r in enumerate(w.get("fixed") or [])]
+        loads = [(label, r["machine"]) for label, r in runs if isinstance(r, dict) and r.get("machine")]
+        if not loads:
+            continue
+        flagged = [f"{label} ({load['steal']:.0%} stolen, {load['others']:.0%} others')" for label, load in loads
+                   if load["steal"] > MACHINE_FLAG or load["others"] > MACHINE_FLAG]
+        lines.append(f"- {name}: {len(loads)} of {len(runs)} runs recorded; at most "
+                     f"{max(l['steal'] for _, l in loads):.1%} stolen, {max(l['others'] for _, l in loads):.1%} "
+                     f"taken by other processes ({max(l.get('niced', 0.0) for _, l in loads):.1%} by ones at a lower "
+                     "priority)" + (f"; over {MACHINE_FLAG:.0%}: {', '.join(flagged)}" if flagged else ""))
+    if not lines:
+        return []
+    return ["What else the machine did during the runs (its CPUs' time: stolen by the hypervisor, or busy in "
+            "processes other than the benchmark and the nodes it started; those at a lower priority take only what "
+            "the benchmark leaves, and are not flagged):", "", *lines, ""]
 
 
 def _best_seeds_table(result: dict) -> list[str]:
@@ -488,7 +521,7 @@ def markdown(result: dict) -> str:
              f"{DRAW_SEED}), {result['seeds']} tuned seeds per workload; a fixed run is capped at {result['cap_factor']}x the "
              "median tuned completion time and then counts at the cap. Completion times include everything the "
              "user waits for: the job's own cluster start-up (also given on its own), tuning and switches.", "",
-             *_speed_checks(result),
+             *_speed_checks(result), *_machine_lines(result),
              "## Completion time (Fig. 5) and ratios", "",
              "| workload | worst s | average s | best s | tfonline s (runs) | avg / tfonline | worst / tfonline | "
              "tfonline / best | capped | start-up s (fixed; tfonline) | paper |",

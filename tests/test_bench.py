@@ -593,7 +593,33 @@ def test_the_eta_experiment_rebuilds_the_curves_answers_from_a_journal_and_takes
     assert curve == "1.00 / 1.00 / 1.00"
     assert all(float(x) < 0.1 for x in eta.split(" / ")), median
     assert eta_prior.main([]) == 2
-    assert capsys.readouterr().err == ("eta_prior.py: expected a repository, or --journal STEM [--set-aside], got "
-                                       "no arguments\n")
+    assert capsys.readouterr().err == ("eta_prior.py: expected a repository, or --journal STEM [--set-aside] "
+                                       "[--pooled], got no arguments\n")
     assert eta_prior.main(["--journal", "x", "--all"]) == 2
     assert capsys.readouterr().err.endswith("got --journal x --all\n")
+
+
+def test_the_eta_experiment_takes_the_runs_on_the_same_worker_count_or_with_pooled_them_all(journal, tmp_path,
+                                                                                            capsys):
+    sys.path.insert(0, os.path.join(os.path.dirname(BENCH), "experiments"))
+    try:
+        import eta_prior
+    finally:
+        sys.path.remove(os.path.join(os.path.dirname(BENCH), "experiments"))
+    book = journal.Journal.start(str(tmp_path / "j-runs.jsonl"), CONFIG)
+    for i, (total, setting) in enumerate(((1000, "ps1 w1 t1/1"), (2000, "ps1 w3 t2/2"), (1000, "ps2 w1 t1/2"),
+                                          (2000, "ps1 w3 t1/1"), (2000, "ps2 w3 t1/1"))):
+        predicted = [(total - 60 * (m + 1)) * 0.01 for m in range(total // 60)]
+        ratings = {"hogwild": {"training_time_s": total * 0.01, "segment": 60, "predicted_s": predicted,
+                               "relative_error": {"0.25": 0.0, "0.5": 0.0, "0.75": 0.0}}}
+        book.record(f"logr/fixed/{i}", dict(_row("converged", 20.0, it=total, setting=setting), job_id=f"j{i}"),
+                    {"curve": {"job_id": f"j{i}"}, "ratings": ratings})
+    stem = book.path[: -len("-runs.jsonl")]
+    assert eta_prior.main(["--journal", stem]) == 0
+    last = next(line for line in capsys.readouterr().out.splitlines() if "logr/fixed/4" in line)
+    assert "(2 earlier runs on 3 workers, sd" in last, last
+    assert eta_prior.main(["--journal", stem, "--pooled"]) == 0
+    last = next(line for line in capsys.readouterr().out.splitlines() if "logr/fixed/4" in line)
+    assert "(4 earlier runs, sd" in last, last
+    assert eta_prior.main(["--journal", stem, "--pooled", "--pooled"]) == 2
+    assert capsys.readouterr().err.endswith("got --journal " + stem + " --pooled --pooled\n")

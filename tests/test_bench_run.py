@@ -47,6 +47,10 @@ def test_the_benchmark_runs_a_workload_end_to_end_and_writes_every_table(tmp_pat
     logr = result["workloads"]["logr"]
     assert [r["status"] for r in logr["tuned"]] == ["converged"] and len(logr["fixed"]) == 1
     assert logr["tuned"][0] == lines[2]["row"] and result["sittings"] == 2
+    for row in logr["tuned"] + logr["fixed"]:  # what else the machine did while each ran (/proc/stat)
+        load = row["machine"]
+        assert set(load) == {"steal", "idle", "others", "niced"} and all(0 <= v <= 1 for v in load.values())
+    assert "- logr: 2 of 2 runs recorded; at most " in text
     assert f"over 2 sittings at {lines[1]['revision']} (the runs kept" in text
     with sqlite3.connect(tmp_path / md.replace(".md", "-tuned.db")) as conn:  # the tuned run was not run again
         assert conn.execute("select id from jobs").fetchall() == [(logr["tuned"][0]["job_id"],)]

@@ -224,3 +224,49 @@ def test_a_sitting_that_stops_writes_the_tables_with_its_own_speed_checks(journa
     assert _sitting(paper, monkeypatch, tmp_path, {"logr": FAST, "svm": FAST}, ["--stop-after", "0"],
                     written) == paper.UNFINISHED
     assert written == []  # no workload done: no tables yet
+
+
+def test_a_runs_machine_load_is_the_share_of_cpu_time_stolen_idle_and_taken_by_other_processes(speed, tmp_path):
+    """Two /proc/stat samples 10 s apart on 2 cores at 100 ticks a second (2,000 ticks): 1,300 busy at the default
+    priority, of which this process and its children took 10 s (1,000 ticks), 100 at a lower one, 100 stolen,
+    500 idle."""
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  1000 0 500 9000 100 0 0 50 0 0\ncpu0 1 2 3 4 5 6 7 8\n")
+    ticks, own_s = speed.machine_sample(str(stat))
+    assert ticks == [1000, 0, 500, 9000, 100, 0, 0, 50] and own_s >= 0
+    tick_s = 1.0 / os.sysconf("SC_CLK_TCK")
+    before = ([1000, 0, 500, 9000, 100, 0, 0, 50], 5.0)
+    after = ([2000, 100, 800, 9400, 200, 0, 0, 150], 5.0 + 1000 * tick_s)
+    load = speed.machine_load(before, after)
+    assert load["steal"] == pytest.approx(100 / 2000) and load["idle"] == pytest.approx(500 / 2000)
+    assert load["others"] == pytest.approx((1300 - 1000) / 2000) and load["niced"] == pytest.approx(100 / 2000)
+    # this process busier than the machine's busy ticks (their rounding): no one else, not a negative share
+    assert speed.machine_load(before, (after[0], 5.0 + 5000 * tick_s))["others"] == 0.0
+    assert speed.machine_load(before, None) is None and speed.machine_load(before, before) is None
+    assert speed.machine_sample(str(tmp_path / "missing")) is None
+    (tmp_path / "odd").write_text("cpu  1 2 three\n")
+    assert speed.machine_sample(str(tmp_path / "odd")) is None
+
+
+def test_the_tables_list_the_runs_that_shared_their_machine(paper, tmp_path, capsys, monkeypatch):
+    """The runs record what else the machine did (:func:`speed.machine_load`); the tables say the most stolen and
+    the most taken by other processes, per workload, and name the runs over 5% of either."""
+    from test_bench import TIMES, _fake_fixed, _row
+
+    loads = iter([{"steal": 0.01, "idle": 0.1, "others": 0.02}, {"steal": 0.0, "idle": 0.1, "others": 0.31},
+                  {"steal": 0.08, "idle": 0.1, "others": 0.0}])  # the tuned runs', then the checkpoint-restart one's
+    monkeypatch.setattr(paper, "_run", lambda *args, **kwargs: dict(_row("converged", 100.0), machine=next(loads)))
+    monkeypatch.setattr(paper, "_fixed", _fake_fixed(paper, TIMES, []))
+    monkeypatch.setattr(paper, "_machine", lambda: {"cores": 2, "memory_gib": 24, "platform": "p", "python": "3.11",
+                                                     "tensorflow": "2", "nodes": 4})  # no TensorFlow import
+    monkeypatch.setattr(paper, "draw_settings", lambda space, count, seed: [{"x": 1}, {"x": 2}])
+    monkeypatch.setattr(paper.speed, "measure", lambda name, mode: {
+        "time_per_iteration_s": 0.003, "iterations": 100, "machine": {"steal": 0.12, "idle": 0.0, "others": 0.0}})
+    monkeypatch.setattr(sys, "argv", [BENCH])
+    assert paper.main(["--mode", "full", "--workloads", "logr", "--fixed", "2", "--seeds", "2",
+                       "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    text = next(tmp_path.glob("*-full.md")).read_text()
+    assert ("- logr: 3 of 7 runs recorded; at most 8.0% stolen, 31.0% taken by other processes (0.0% by ones at a "
+            "lower priority); over 5%: tuned 1 (0% stolen, 31% others'), checkpoint (8% stolen, 0% others')") in text
+    assert "sitting 1 3.000 ms (12% stolen, 0% others')" in text

@@ -112,3 +112,37 @@ def test_a_runs_smoothing_window_is_read_off_its_recorded_losses(db_path):
     repo = Repository(db_path)
     assert {run.smoothing_window for run in load_runs(repo, "Fake")} == {None}
     repo.close()
+
+
+def test_the_eta_read_back_takes_the_prior_of_the_runs_on_the_workers_the_run_then_had(tmp_path):
+    """Two earlier runs on one worker needed 1,000 iterations, two on three 2,000 (none recorded answers); a run
+    on three workers whose answers said 1.3x the iterations left: at a quarter of the way its ETA is within 2% of
+    the truth with the three-worker runs' prior, and pulled off by the prior of all four (whose median is
+    1,414) when no run's layout is recorded."""
+    from tfonline.estimator._quality import eta_errors, load_run
+
+    errors = {}
+    for layouts in (True, False):
+        db = str(tmp_path / f"layouts-{layouts}.db")
+        repo = Repository(db)
+        for key, workers in (("w1", 1), ("w3", 3)):
+            repo.insert("settings", {"id": key, "knobs": f'{{"ps": 1, "worker": {workers}}}', "short": key})
+        for i, (job_id, iterations, setting) in enumerate((("a", 1000, "w1"), ("b", 2000, "w3"), ("c", 1000, "w1"),
+                                                           ("d", 2000, "w3"), ("run", 2000, "w3"))):
+            repo.insert("jobs", {"id": job_id, "name": "J", "status": "converged", "target_loss": 0.1,
+                                 "started_at": float(i), "mode": "async", "iterations": iterations})
+            if layouts:
+                repo.insert("segments", {"job_id": job_id, "segment": 0, "setting_id": setting, "start_step": 1})
+        for k in range(1, 2001):
+            repo.insert("iterations", {"job_id": "run", "step": k, "worker": 0, "setting_id": "w3", "segment": 0,
+                                       "exec_time_s": 0.01, "loss": 1.0 / k, "smoothed_loss": 1.0 / k,
+                                       "wall_time": 0.01 * k})
+        for k in range(100, 2000, 100):
+            repo.insert("estimates", {"job_id": "run", "step": k, "estimator": "hogwild", "prior_runs": 0,
+                                      "remaining_iterations": 1.3 * (2000 - k), "curve_iterations": 1.3 * (2000 - k)})
+        repo.flush()
+        rated = eta_errors(repo, load_run(repo, "run"), "hogwild")
+        assert rated["earlier_runs"] == 4 and rated["recorded_error"][0.25] == pytest.approx(0.3)
+        errors[layouts] = rated["relative_error"][0.25]
+        repo.close()
+    assert errors[True] < 0.02 and errors[False] > 0.05, errors  # measured: 0.009 and 0.084

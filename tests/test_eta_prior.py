@@ -11,7 +11,8 @@ import pytest
 from simulated import small_workload
 
 from tfonline._eta import prior_for
-from tfonline.estimator._prior import CALIBRATION_WIDTH, CURVE_LOG_SD, MIN_RUNS, EarlierRun, IterationsPrior, earlier_runs
+from tfonline.estimator._prior import (CALIBRATION_WIDTH, CURVE_LOG_SD, MIN_RUNS, EarlierRun, IterationsPrior, Priors,
+                                      earlier_runs)
 from tfonline.report import collect, report_text
 from tfonline.repository import Repository
 from tfonline.simulator import Simulation
@@ -65,6 +66,40 @@ def test_on_runs_like_the_earlier_ones_the_combined_answer_is_nearer_than_the_cu
         assert np.median(both_errors) < np.median(curve_errors), f
 
 
+def test_the_prior_is_of_the_runs_on_the_current_worker_count_where_there_are_two_and_calibrates_on_all():
+    """Two runs on one worker needed about 4,200 iterations, three on three about 6,600 (the CNN's shape): a run
+    on one or three takes its own group's prior, on two (no group) the pooled one; every prior takes the curve's
+    errors of all the runs; a run of another mode counts in the pool alone."""
+    def run(n, workers, mode="async", bias=1.0):
+        return EarlierRun(n, np.array([0.5 * n]), np.array([0.5 * n * bias]), layout=((0, workers),), mode=mode)
+
+    earlier = [run(4_100, 1, bias=2.0), run(4_300, 1, bias=2.0), run(6_300, 3), run(6_600, 3), run(7_000, 3),
+               run(9_000, 2, mode="sync"), run(9_500, 2, mode="sync")]
+    priors = Priors.of(earlier, "async")
+    assert priors.pooled.runs == 7 and priors.pooled.workers is None
+    assert set(priors.by_workers) == {1, 3}  # the sync runs on two workers are another mode's
+    one, three = priors.at(1), priors.at(3)
+    assert (one.runs, one.workers, three.runs) == (2, 1, 3)
+    assert one.mean_log == pytest.approx(np.mean(np.log([4_100, 4_300])))
+    assert priors.at(2) is priors.pooled and priors.at(None) is priors.pooled
+    assert one.errors == priors.pooled.errors and len(one.errors) == 7  # the curve calibrated on them all
+    assert one.label() == "2 earlier runs on 1 worker" and three.label() == "3 earlier runs on 3 workers"
+    assert priors.pooled.label() == "7 earlier runs"
+    # early in a run on one worker whose curve is right, the answer is near its group's 4,200, not the pool's
+    assert 3_000 < one.combine(420, 3_800.0) < 4_300 < priors.pooled.combine(420, 3_800.0)
+    assert Priors.of([run(4_100, 1)]) is None
+    # a run of unknown layout (an old repository's, or iterations alone) counts in the pool alone
+    assert Priors.of([4_000, 4_400]).by_workers == {}
+
+
+def test_an_earlier_runs_worker_count_is_the_one_it_ran_most_iterations_on():
+    tuned = EarlierRun(1_000, layout=((0, 3), (100, 1), (300, 2), (800, 1)))  # 3: 100, 1: 200 + 200, 2: 500
+    assert tuned.workers == 2
+    assert [tuned.workers_at(k) for k in (0, 99, 100, 450, 999)] == [3, 3, 1, 2, 1]
+    assert EarlierRun(1_000, layout=((0, 3), (500, 1))).workers == 1  # a tie: the fewer
+    assert EarlierRun(1_000).workers is None and EarlierRun(1_000).workers_at(5) is None
+
+
 def test_the_earlier_runs_are_the_converged_runs_of_the_job_to_its_target_with_their_curves_answers(tmp_path):
     repo = Repository(str(tmp_path / "r.db"))
     for job_id, name, status, target, started, iterations in [
@@ -81,16 +116,23 @@ def test_the_earlier_runs_are_the_converged_runs_of_the_job_to_its_target_with_t
     repo.insert("estimates", {"job_id": "a", "step": 550, "estimator": "hogwild", "remaining_iterations": 450.0,
                               "prior_runs": 2})
     repo.insert("estimates", {"job_id": "a", "step": 600, "estimator": "loss-curve", "remaining_iterations": 1.0})
+    # a ran 100 iterations on three workers, then 900 on one; b's setting is one no worker count can be read from
+    for key, knobs in (("s3", '{"ps": 1, "worker": 3}'), ("s1", '{"ps": 2, "worker": 1}'), ("odd", "not json")):
+        repo.insert("settings", {"id": key, "knobs": knobs, "short": key})
+    for job_id, segment, setting, start in (("a", 0, "s3", 1), ("a", 1, "s1", 101), ("b", 0, "odd", 1)):
+        repo.insert("segments", {"job_id": job_id, "segment": segment, "setting_id": setting, "start_step": start})
     repo.flush()
     runs = earlier_runs(repo, "J", 0.3, "hogwild")
     assert [r.iterations for r in runs] == [1000, 1200, 1100]  # oldest first
     assert list(runs[0].steps) == [100, 500] and list(runs[0].curve) == [950.0, 700.0]
     assert runs[1].steps.size == 0
+    assert runs[0].layout == ((1, 3), (101, 1)) and runs[0].workers == 1 and runs[0].workers_at(50) == 3
+    assert runs[1].layout == () and runs[1].workers is None and runs[2].workers is None
     fractions, logs = runs[0].log_errors()
     assert list(fractions) == [0.1, 0.5] and logs == pytest.approx([math.log(950 / 900), math.log(700 / 500)])
     assert [r.iterations for r in earlier_runs(repo, "J", 0.3, "hogwild", before=5.0)] == [1000, 1200]
     assert [r.iterations for r in earlier_runs(repo, "J", 0.3, None, exclude="b")] == [1000, 1100]
-    prior = prior_for(repo, "f", "J", 0.3, "hogwild")
+    prior = prior_for(repo, "f", "J", 0.3, "hogwild").pooled
     assert prior.runs == 2 and prior.mean_log == pytest.approx(np.mean(np.log([1000, 1200])))
     assert len(prior.errors) == 1  # b recorded no answer
     repo.close()
@@ -98,12 +140,17 @@ def test_the_earlier_runs_are_the_converged_runs_of_the_job_to_its_target_with_t
 
 def test_the_curves_bias_on_the_earlier_runs_is_taken_out_near_the_same_fraction():
     """Earlier runs whose curve said twice the iterations left at about half way: this run's curve is read at
-    half its answer there, and stated error of their spread; far from any answer, it stands as it is."""
+    half its answer there, its error their spread pooled with the curve's stated one; far from any answer, it
+    stands as it is."""
     runs = [EarlierRun(n, np.array([0.45 * n, 0.5 * n, 0.55 * n]), 2 * np.array([0.55 * n, 0.5 * n, 0.45 * n]) * r)
             for n, r in ((10_000, 1.0), (11_000, 1.05), (9_000, 0.95))]
     prior = IterationsPrior.of(runs)
     bias, sd = prior.calibration(0.5)
-    assert bias == pytest.approx(math.log(2), abs=0.01) and sd < 0.1
+    assert bias == pytest.approx(math.log(2), abs=0.01)
+    # their spread (at least 0.05, widened for a new draw), pooled with the curve's stated error as from two runs
+    spread = max(np.std(np.log([1.0, 1.05, 0.95]), ddof=1), 0.05) * math.sqrt(4 / 3)
+    assert sd == pytest.approx(math.sqrt((3 * spread ** 2 + 2 * CURVE_LOG_SD ** 2) / 5))
+    assert sd < CURVE_LOG_SD
     assert prior.calibration(0.55 + CALIBRATION_WIDTH + 0.01) == (0.0, CURVE_LOG_SD)  # past their last answer
     # half way through a run like them, a curve that says twice the 5,000 left: the answer is near 5,000
     assert 4_500 < prior.combine(5_000, 10_000.0) < 5_500
@@ -150,7 +197,8 @@ def test_a_simulated_jobs_eta_takes_its_earlier_runs(tmp_path):
         errors[db] = np.median([abs(left - (steps - step)) / (steps - step) for step, left in first_half])
     assert errors[after_db] < errors[alone_db], errors
     # the display names what the ETA took
-    assert runs[after_db].progress.status().estimator == "hogwild + 3 earlier runs"
+    assert runs[after_db].progress.status().estimator == (f"hogwild + 3 earlier runs on "
+                                                          f"{workload.default_setting()['worker']} workers")
     assert runs[alone_db].progress.status().estimator == "hogwild"
     # and so does the report
     for db, took in ((after_db, 3), (alone_db, 0)):

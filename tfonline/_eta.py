@@ -13,7 +13,7 @@ from typing import Callable
 
 from tfonline._recorder import Recorder
 from tfonline._state import TrainingState
-from tfonline.estimator._prior import IterationsPrior, earlier_runs
+from tfonline.estimator._prior import Priors, earlier_runs
 from tfonline.exceptions import essence
 from tfonline.progress import Status, Ticker, make_view
 from tfonline.setting import short_form
@@ -24,12 +24,13 @@ ESTIMATE_INTERVAL_S = 1.0
 ESTIMATE_SHARE = 0.02  # at most this share of the monitor thread's time goes to estimates
 
 
-def prior_for(repo, job_id: str, name: str, target_loss: float, estimator: str | None) -> IterationsPrior | None:
-    """The prior of the converged runs of job ``name`` to ``target_loss`` in ``repo``, but ``job_id``'s own, with
-    the answers ``estimator`` gave them; None with too few, or when the repository cannot say (logged: the
-    ETA goes on from the curve alone)."""
+def prior_for(repo, job_id: str, name: str, target_loss: float, estimator: str | None,
+              mode: str | None = None) -> Priors | None:
+    """The priors of the converged runs of job ``name`` to ``target_loss`` in ``repo``, but ``job_id``'s own, with
+    the answers ``estimator`` gave them, for a run in ``mode`` (:class:`~tfonline.estimator._prior.Priors`); None
+    with too few, or when the repository cannot say (logged: the ETA goes on from the curve alone)."""
     try:
-        return IterationsPrior.of(earlier_runs(repo, name, target_loss, estimator, exclude=job_id))
+        return Priors.of(earlier_runs(repo, name, target_loss, estimator, exclude=job_id), mode)
     except Exception as e:  # noqa: BLE001 (a helper's failure costs the prior, not the job)
         logger.warning("the ETA goes on without the job's earlier runs: %s: %s", type(e).__name__, essence(str(e)))
         return None
@@ -42,12 +43,13 @@ class Progress:
     ``workers`` says how many workers the current setting has: an estimate
     waits for at least 3 new iterations per worker. ``prior``: what the
     job's earlier converged runs say of its iterations
-    (:class:`tfonline.estimator._prior.IterationsPrior`, :func:`prior_for`),
-    taken with each of the estimator's answers; None without.
+    (:class:`tfonline.estimator._prior.Priors`, :func:`prior_for`), that
+    of the current worker count taken with each of the estimator's answers;
+    None without.
     """
 
     def __init__(self, job, state: TrainingState, recorder: Recorder, estimator, workers: Callable[[], int],
-                 started: float, prior: IterationsPrior | None = None):
+                 started: float, prior: Priors | None = None):
         self.job, self.state, self.recorder, self.estimator, self.prior = job, state, recorder, estimator, prior
         self.workers, self.started = workers, started
         self.last: tuple[float | None, float | None, str | None] = (None, None, "no estimate yet")
@@ -56,6 +58,7 @@ class Progress:
         self._last_step = 0
         self._ticker = Ticker(None)
         self._first_loss: float | None = None
+        self._prior = None if prior is None else prior.pooled  # the one the latest answer took
 
     def show(self, quiet: bool) -> None:
         """Starts the display (nothing when quiet or when it cannot be made)."""
@@ -108,7 +111,9 @@ class Progress:
             self.estimator.fit(steps, losses, start_step=steps[0] - 1, start_loss=losses[0], history=earlier)
             curve = self.estimator.iterations_to_cross(current, self.job.target_loss, self.job.smoothing_window)
             curve = None if curve is None else float(curve)
-            remaining = curve if self.prior is None else self.prior.combine(float(steps[-1]), curve)
+            if self.prior is not None:
+                self._prior = self.prior.at(self.workers())
+            remaining = curve if self._prior is None else self._prior.combine(float(steps[-1]), curve)
         except Exception as e:  # a plug-in's bug costs the ETA, not the job
             self._failed = True
             reason = f"the estimator {self.estimator.name!r} failed: {type(e).__name__}: {essence(str(e))}"
@@ -120,13 +125,13 @@ class Progress:
         self.last = (remaining, remaining_s, None if remaining is not None else self.estimator.reason)
         self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
                                remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve,
-                               prior_runs=self.prior.runs if self.prior is not None else 0)
+                               prior_runs=self._prior.runs if self._prior is not None else 0)
 
     def source(self) -> str | None:
         """What the ETA comes from, as the display names it: the estimator, and the earlier runs it took."""
         if self.estimator is None:
             return None
-        return self.estimator.name + (f" + {self.prior.runs} earlier runs" if self.prior is not None else "")
+        return self.estimator.name + (f" + {self._prior.label()}" if self._prior is not None else "")
 
     def status(self) -> Status:
         """What the progress display shows now."""

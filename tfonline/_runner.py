@@ -314,7 +314,7 @@ class Runner:
         switcher = Switcher(state, workers, self.backend, self.cluster, self.recorder,
                             self.space.knobs if self.space is not None else {})
         prior = prior_for(self.recorder.repo, self.job_id, self.job.name, self.job.target_loss,
-                          self.estimator.name) if self.estimator is not None else None
+                          self.estimator.name, self.mode) if self.estimator is not None else None
         self.progress = Progress(self.job, state, self.recorder, self.estimator, lambda: len(self.engine.graphs),
                                  self._t0, prior)
         self.progress.show(self.quiet)

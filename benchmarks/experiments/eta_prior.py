@@ -1,7 +1,7 @@
 """The ETA's error with and without a job's earlier runs (:mod:`tfonline.estimator._prior`), on kept runs.
 
     python benchmarks/experiments/eta_prior.py benchmarks/results/<stem>-fixed.db [JOB_NAME ...]
-    python benchmarks/experiments/eta_prior.py --journal benchmarks/results/<stem> [--set-aside]
+    python benchmarks/experiments/eta_prior.py --journal benchmarks/results/<stem> [--set-aside] [--pooled]
 
 A repository: each converged run of each job name (all when none is given),
 oldest first, by what its ETA recorded as it ran, as Table VI rates the ETA
@@ -22,7 +22,9 @@ import sys
 
 import numpy as np
 
-from tfonline.estimator._prior import EarlierRun, IterationsPrior
+import re
+
+from tfonline.estimator._prior import EarlierRun, Priors
 from tfonline.estimator._quality import FRACTIONS, eta_errors, load_runs
 from tfonline.repository import Repository
 
@@ -40,7 +42,7 @@ def _medians(rows: list[dict]) -> str:
     return _text(medians)
 
 
-def from_journal(stem: str, set_aside: bool = False) -> None:
+def from_journal(stem: str, set_aside: bool = False, by_workers: bool = True) -> None:
     """Each converged fixed run the journal ``<stem>-runs.jsonl`` keeps (start, random and best settings), in the
     order kept, rated from its traces (``<stem>-traces.jsonl``), where a run kept the hogwild estimator's
     predicted time left at the end of each segment of 60 iterations and its relative error at 25 / 50 / 75%:
@@ -51,7 +53,9 @@ def from_journal(stem: str, set_aside: bool = False) -> None:
       segment's answer, at most 59 iterations before, chooses it);
     - the prior is that of the workload's converged fixed runs kept before it, as the product takes it.
 
-    A run's iterations stand for its recorded iterations (the same in an asynchronous job). The runs a
+    A run's iterations stand for its recorded iterations (the same in an asynchronous job), and its most used
+    setting's workers for its layout; ``by_workers``: the prior is that of the runs on the same worker count
+    where there are enough, as the product takes it (else ``--pooled``: of them all, the rule before). The runs a
     ``--redo`` set aside are left out (``set_aside``: rated too, each redo's runs with a prior of their own, as in
     a repository of their own)."""
     runs: list[tuple[str, int, dict]] = []  # (key, the workload's redo epoch, row), in the order kept
@@ -84,14 +88,17 @@ def from_journal(stem: str, set_aside: bool = False) -> None:
                 continue
             total = row["iterations"]
             rating = (traces.get(row.get("job_id"), {}).get("ratings") or {}).get("hogwild")
-            prior = IterationsPrior.of(earlier)
+            workers = _workers(row.get("most_used_setting"))
+            layout = () if workers is None else ((0, workers),)
+            priors = Priors.of(earlier)
+            prior = None if priors is None else (priors.at(workers) if by_workers else priors.pooled)
             if not rating:
-                earlier.append(total)
+                earlier.append(EarlierRun(total, layout=layout))
                 continue
             pace, segment = rating["training_time_s"] / total, rating["segment"]
             answers = [(segment * (m + 1), said / pace) for m, said in enumerate(rating["predicted_s"])
                        if said is not None]
-            earlier.append(EarlierRun(total, *np.array(answers, dtype=float).reshape(-1, 2).T))
+            earlier.append(EarlierRun(total, *np.array(answers, dtype=float).reshape(-1, 2).T, layout=layout))
             curve, both = {}, {}
             for f in FRACTIONS:
                 error = rating["relative_error"].get(str(f))
@@ -109,7 +116,7 @@ def from_journal(stem: str, set_aside: bool = False) -> None:
                 predicted = min((actual * (1 + error), actual * (1 - error)), key=lambda p: abs(p - guess))
                 if prior is not None:
                     both[f] = abs(prior.combine(cut, max(predicted, 0.0)) - actual) / actual
-            about = f"{prior.runs} runs, sd {prior.sd_log:.2f}" if prior else "no prior"
+            about = f"{prior.label()}, sd {prior.sd_log:.2f}" if prior else "no prior"
             print(f"  {key:<16} {total:>7} it  {_text(curve)}  |  {_text(both) if prior else '-'}  ({about})")
             if prior is not None:
                 curve_rows.append(curve)
@@ -143,12 +150,20 @@ def from_estimates(path: str, names: list[str]) -> None:
         repo.close()
 
 
+def _workers(setting: str | None) -> int | None:
+    """The worker count of a setting's short form ("ps1 w2 t1/2 ..."); None: not one."""
+    found = re.search(r"\bw(\d+)\b", setting or "")
+    return int(found.group(1)) if found else None
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--journal"] and len(argv) in (2, 3) and argv[2:] in ([], ["--set-aside"]):
-        from_journal(argv[1], set_aside=argv[2:] == ["--set-aside"])
+    flags = argv[2:]
+    if argv[:1] == ["--journal"] and len(argv) >= 2 and not argv[1].startswith("--") and \
+            set(flags) <= {"--set-aside", "--pooled"} and len(set(flags)) == len(flags):
+        from_journal(argv[1], set_aside="--set-aside" in flags, by_workers="--pooled" not in flags)
         return 0
     if not argv or argv[0].startswith("--"):
-        print(f"eta_prior.py: expected a repository, or --journal STEM [--set-aside], got "
+        print(f"eta_prior.py: expected a repository, or --journal STEM [--set-aside] [--pooled], got "
               f"{' '.join(argv) or 'no arguments'}", file=sys.stderr)
         return 2
     from_estimates(argv[0], argv[1:])

@@ -32,7 +32,11 @@ on this job, and which way: on the full benchmark's CNN they said 2.6x and
   :data:`CALIBRATION_WIDTH` of it are averaged per run. With at least :data:`MIN_RUNS` runs there, the curve's
   answer is divided by the exponential of their mean (its bias on this
   job), and its error is their standard deviation (at least
-  :data:`MIN_LOG_SD`, widened as above). Without, the answer stands and is
+  :data:`MIN_LOG_SD`, widened as above) pooled with :data:`CURVE_LOG_SD`
+  as if that were the spread of :data:`PSEUDO_RUNS` runs more: two or
+  three runs whose errors agree by chance say little of the next one's,
+  and taken alone they let a wrong bias decide late in a run (the quick
+  benchmark's LogR at 75%: 0.46 with their spread alone, 0.24 pooled). Without, the answer stands and is
   taken to be off by a factor of ``exp(CURVE_LOG_SD)`` one time in about
   three either way (:data:`CURVE_LOG_SD`, a design choice).
 - **Together**, the two logs are averaged, each weighted by its inverse
@@ -47,16 +51,26 @@ distribution (it is not like the earlier ones): the curve's answer stands.
 Where the curve has no answer (no decrease seen yet), the prior's median
 is the estimate. A curve that says 0 (the target reached) is kept.
 
-The prior pools the earlier runs whatever their setting; where the
-setting moves the iterations (the CNN's asynchronous workers: 4,111-4,393
-on one or two, 6,292-7,044 on three), a run is told another setting's
-length (README "Progress estimators" has the measured errors).
+**The layout.** Where the setting moves the iterations, the earlier runs
+of another setting tell a run another setting's length: the CNN's
+asynchronous workers needed 4,111-4,393 iterations on one or two workers
+and 6,292-7,044 on three (quick benchmark, 2026-12-02). So the prior is
+of the earlier runs of the job's mode whose worker count is the current
+setting's (a run's worker count: that of the setting it ran most
+iterations on) where there are at least :data:`MIN_RUNS` of them, and of
+all the earlier runs otherwise (:class:`Priors`); a tuned job takes the
+prior of the setting it is on at each answer. The curve's calibration is
+that of all the earlier runs whichever prior is taken: it is the
+estimator's error on this job, and calibrated on fewer runs it was worse
+at 75% of the benchmark's runs. README "Progress estimators" has the
+measured errors.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Sequence
 
@@ -66,6 +80,7 @@ MIN_RUNS = 2  # earlier converged runs a prior (and a calibration of the curve) 
 MIN_LOG_SD = 0.05  # two runs of one seed and setting need the same iterations: no certainty follows from it
 CURVE_LOG_SD = math.log(1.5)  # the curve's error where the earlier runs cannot tell it
 CALIBRATION_WIDTH = 0.1  # the earlier runs' answers within this much of this run's fraction calibrate the curve
+PSEUDO_RUNS = MIN_RUNS  # the runs' worth of CURVE_LOG_SD pooled into the curve's calibrated error
 FRACTION_ROUNDS = 4  # rounds of reading the calibration at the fraction the answer before it implies
 QUANTILES = 64  # quantiles of N above k its iterations left are read at
 OUTLIVED = 0.01  # the share of the prior above k under which this run has outlived it
@@ -74,13 +89,30 @@ OUTLIVED = 0.01  # the share of the prior above k under which this run has outli
 @dataclass(frozen=True)
 class EarlierRun:
     """An earlier converged run of the job: its ``iterations``, and the curve's answers it recorded: at each of
-    ``steps``, ``curve`` iterations left (empty: none recorded); ``job_id`` and ``started_at``: the job read."""
+    ``steps``, ``curve`` iterations left (empty: none recorded); ``job_id`` and ``started_at``: the job read;
+    ``mode`` its training mode, and ``layout``: from each of its segments' first step (ascending), the workers of
+    its setting (empty: not known)."""
 
     iterations: int
     steps: np.ndarray = field(default_factory=lambda: np.empty(0))
     curve: np.ndarray = field(default_factory=lambda: np.empty(0))
     job_id: str | None = None
     started_at: float | None = None
+    mode: str | None = None
+    layout: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def workers(self) -> int | None:
+        """The worker count it ran the most iterations on (the fewer on a tie); None: not known."""
+        ran: dict[int, int] = {}
+        for (start, workers), (end, _) in zip(self.layout, self.layout[1:] + ((self.iterations, 0),)):
+            ran[workers] = ran.get(workers, 0) + max(end - start, 0)
+        return max(sorted(ran), key=lambda w: ran[w]) if ran else None
+
+    def workers_at(self, step: float) -> int | None:
+        """The workers of the setting it ran ``step`` on; None: not known."""
+        at = [workers for start, workers in self.layout if start <= step]
+        return at[-1] if at else (self.layout[0][1] if self.layout else None)
 
     def log_errors(self) -> tuple[np.ndarray, np.ndarray]:
         """Its fraction k/N at each usable answer (one with iterations really left, and above 0), and the
@@ -100,18 +132,24 @@ class IterationsPrior:
     mean_log: float
     sd_log: float
     errors: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+    workers: int | None = None  # the worker count all its runs share (None: any)
 
     @classmethod
-    def of(cls, earlier: Sequence[EarlierRun | int | float]) -> "IterationsPrior | None":
-        """The prior from the earlier runs (an :class:`EarlierRun`, or a run's iterations alone); None with
-        fewer than :data:`MIN_RUNS` (a run whose iterations are not a positive number is left out)."""
-        runs = [r if isinstance(r, EarlierRun) else EarlierRun(r) for r in earlier if r is not None]
-        runs = [r for r in runs if r.iterations and r.iterations > 0]
+    def of(cls, earlier: Sequence[EarlierRun | int | float], workers: int | None = None) -> "IterationsPrior | None":
+        """The prior from the earlier runs (an :class:`EarlierRun`, or a run's iterations alone), said to be of
+        runs on ``workers`` workers (None: any); None with fewer than :data:`MIN_RUNS` (a run whose iterations are
+        not a positive number is left out)."""
+        runs = _usable(earlier)
         if len(runs) < MIN_RUNS:
             return None
         logs = np.log([float(r.iterations) for r in runs])
         errors = tuple(e for e in (r.log_errors() for r in runs) if e[0].size)
-        return cls(len(runs), float(np.mean(logs)), _spread(logs), errors)
+        return cls(len(runs), float(np.mean(logs)), _spread(logs), errors, workers)
+
+    def label(self) -> str:
+        """What it takes, as the display says it: "3 earlier runs", "3 earlier runs on 2 workers"."""
+        on = "" if self.workers is None else f" on {self.workers} worker{'s' if self.workers != 1 else ''}"
+        return f"{self.runs} earlier runs{on}"
 
     def left(self, done: float) -> tuple[float, float] | None:
         """The mean and standard deviation of log(N − ``done``) for N above ``done``; None when less than
@@ -126,13 +164,15 @@ class IterationsPrior:
         return float(np.mean(logs)), float(np.std(logs))
 
     def calibration(self, fraction: float) -> tuple[float, float]:
-        """The curve's log bias and log error at ``fraction`` of a run, from the earlier runs' answers near it;
-        (0, :data:`CURVE_LOG_SD`) where fewer than :data:`MIN_RUNS` runs recorded one."""
+        """The curve's log bias and log error at ``fraction`` of a run, from the earlier runs' answers near it
+        (the error pooled with :data:`CURVE_LOG_SD` as from :data:`PSEUDO_RUNS` runs); (0, :data:`CURVE_LOG_SD`)
+        where fewer than :data:`MIN_RUNS` runs recorded one."""
         means = [float(np.mean(logs[near])) for fractions, logs in self.errors
                  if np.any(near := np.abs(fractions - fraction) <= CALIBRATION_WIDTH)]
         if len(means) < MIN_RUNS:
             return 0.0, CURVE_LOG_SD
-        return float(np.mean(means)), _spread(np.array(means))
+        n, n0 = len(means), PSEUDO_RUNS  # their spread, and CURVE_LOG_SD as if from PSEUDO_RUNS runs more
+        return float(np.mean(means)), math.sqrt((n * _spread(np.array(means)) ** 2 + n0 * CURVE_LOG_SD ** 2) / (n + n0))
 
     def combine(self, done: float, curve: float | None) -> float | None:
         """The iterations left after ``done``: the curve's answer ``curve`` (None: it has none) and this
@@ -153,6 +193,41 @@ class IterationsPrior:
         return estimate
 
 
+@dataclass(frozen=True)
+class Priors:
+    """The job's priors (module docstring, "The layout"): of all its earlier runs (``pooled``), and of those of
+    its ``mode`` on each worker count that at least :data:`MIN_RUNS` of them mostly ran on (``by_workers``), each
+    with the curve's errors of all the runs."""
+
+    pooled: IterationsPrior
+    by_workers: dict[int, IterationsPrior] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, earlier: Sequence[EarlierRun | int | float], mode: str | None = None) -> "Priors | None":
+        """The priors from the earlier runs for a run in ``mode`` (a run whose mode is not known counts as of
+        it); None with fewer than :data:`MIN_RUNS` runs in all."""
+        runs = _usable(earlier)
+        pooled = IterationsPrior.of(runs)
+        if pooled is None:
+            return None
+        groups: dict[int, list[EarlierRun]] = {}
+        for r in runs:
+            if r.workers is not None and (mode is None or r.mode in (None, mode)):
+                groups.setdefault(r.workers, []).append(r)
+        by_workers = {w: replace(p, errors=pooled.errors) for w, group in groups.items()
+                      if (p := IterationsPrior.of(group, w)) is not None}
+        return cls(pooled, by_workers)
+
+    def at(self, workers: int | None) -> IterationsPrior:
+        """The prior of a run on ``workers`` workers now: that of the runs on as many, else the pooled one."""
+        return self.by_workers.get(workers, self.pooled) if workers is not None else self.pooled
+
+
+def _usable(earlier: Sequence[EarlierRun | int | float]) -> list[EarlierRun]:
+    runs = [r if isinstance(r, EarlierRun) else EarlierRun(r) for r in earlier if r is not None]
+    return [r for r in runs if r.iterations and r.iterations > 0]
+
+
 def _spread(logs: np.ndarray) -> float:
     """The spread of a new draw like ``logs``: their standard deviation (at least :data:`MIN_LOG_SD`), widened by
     sqrt(1 + 1/n)."""
@@ -164,7 +239,7 @@ def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, bef
     """The converged jobs named ``name`` with target ``target_loss`` in ``repo`` (a
     :class:`~tfonline.repository.Repository`) that started before ``before`` (None: any), but ``exclude``; each
     with the curve's answers that ``estimator`` gave it (None: none), oldest first."""
-    jobs = [r for r in repo.rows("select id, iterations, started_at, target_loss from jobs where name = ? and "
+    jobs = [r for r in repo.rows("select id, iterations, started_at, target_loss, mode from jobs where name = ? and "
                                  "status = ? order by started_at", (name, "converged"))
             if r["id"] != exclude and r["iterations"] and r["target_loss"] is not None
             and math.isclose(float(r["target_loss"]), float(target_loss), rel_tol=1e-9)
@@ -180,8 +255,30 @@ def earlier_runs(repo, name: str, target_loss: float, estimator: str | None, bef
                            "e.estimator = ? order by e.step", (name, "converged", estimator)):
             if r["curve"] is not None and r["job_id"] in wanted:
                 answers.setdefault(r["job_id"], []).append((float(r["step"]), float(r["curve"])))
+    layouts: dict[str, list[tuple[int, int]]] = {}
+    workers_of: dict[str, int | None] = {}  # by setting id
+    if jobs:
+        for r in repo.rows("select g.job_id, g.start_step, g.setting_id, s.knobs from segments g join jobs j on "
+                           "j.id = g.job_id left join settings s on s.id = g.setting_id where j.name = ? and "
+                           "j.status = ? order by g.job_id, g.start_step", (name, "converged")):
+            if r["job_id"] not in wanted or r["start_step"] is None:
+                continue
+            if r["setting_id"] not in workers_of:
+                workers_of[r["setting_id"]] = _workers(r["knobs"])
+            if (workers := workers_of[r["setting_id"]]) is not None:
+                layouts.setdefault(r["job_id"], []).append((int(r["start_step"]), workers))
     out = []
     for job in jobs:
         steps, curve = (np.array(a).T if (a := answers.get(job["id"])) else (np.empty(0), np.empty(0)))
-        out.append(EarlierRun(int(job["iterations"]), steps, curve, job["id"], job["started_at"]))
+        out.append(EarlierRun(int(job["iterations"]), steps, curve, job["id"], job["started_at"], job["mode"],
+                              tuple(layouts.get(job["id"], ()))))
     return out
+
+
+def _workers(knobs: str | None) -> int | None:
+    """A recorded setting's worker count (None: not a setting that says)."""
+    try:
+        workers = json.loads(knobs or "null")["worker"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return workers if isinstance(workers, int) and workers > 0 else None

@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from tfonline.estimator import get_estimator
-from tfonline.estimator._prior import EarlierRun, IterationsPrior, earlier_runs
+from tfonline.estimator._prior import EarlierRun, Priors, earlier_runs
 from tfonline.exceptions import ConfigurationError
 from tfonline.repository import Repository
 
@@ -46,7 +46,7 @@ class Run:
     losses: np.ndarray
     smoothed: np.ndarray
     walls: np.ndarray
-    name: str | None = None  # the job's name and start: where its earlier runs are found (:func:`prior_of`)
+    name: str | None = None  # the job's name and start: where its earlier runs are found (:func:`eta_errors`)
     started_at: float | None = None
 
     @property
@@ -106,13 +106,6 @@ def _load(repo: Repository, job: dict) -> Run | None:
     data = np.array([(r["step"], r["loss"], r["smoothed_loss"], r["wall_time"]) for r in rows], dtype=float)
     return Run(job["id"], rows[0]["short"] or "", job["target_loss"], *data.T, name=job["name"],
                started_at=job["started_at"])
-
-
-def prior_of(repo: Repository, run: Run, estimator: str) -> IterationsPrior | None:
-    """What the converged runs of ``run``'s job that started before it say of its iterations, with the answers
-    ``estimator`` (its name) gave them as they ran (:class:`IterationsPrior`; None with too few)."""
-    return IterationsPrior.of(earlier_runs(repo, run.name, run.target_loss, estimator, run.started_at,
-                                           exclude=run.job_id))
 
 
 def _predict(estimator, run: Run, lo: int, hi: int) -> tuple[float | None, float]:
@@ -195,17 +188,20 @@ def estimate_quality(runs: list[Run], estimator_name: str, segment: int, **optio
 def eta_errors(repo: Repository, run: Run, estimator_name: str, every: list[EarlierRun] | None = None) -> dict:
     """The ETA of ``run`` as it ran, read back: at each of :data:`FRACTIONS` of its iterations, the last answer
     ``estimator_name`` recorded there (the ``estimates`` table), alone and taken with the prior of the runs of the
-    job that converged before it (:func:`prior_of`), as the ETA takes it; each as ``|predicted − actual| / actual``
+    job that converged before it on the workers it then ran (:class:`~tfonline.estimator._prior.Priors`), as the
+    ETA takes it; each as ``|predicted − actual| / actual``
     of the iterations left (None: no answer recorded by then); ``every``: the job's converged runs with their
     answers (:func:`~tfonline.estimator._prior.earlier_runs` of its name and target, oldest first), where the
     caller has read them (one read for all the runs it rates). Unlike :func:`relative_errors`, no fit is made
     again: the earlier runs' recorded answers calibrate this run's recorded answers, which came from the same
-    fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs", "relative_error", "recorded_error"}`` (the ETA's, and the answers' alone)."""
+    fits (answers fitted again, on 60-iteration segments, they do not calibrate). Returns ``{"earlier_runs",
+    "relative_error", "recorded_error"}`` (the job's earlier runs; the ETA's errors, and the answers' alone)."""
     if every is None:
         every = earlier_runs(repo, run.name, run.target_loss, estimator_name)
     own = next((r for r in every if r.job_id == run.job_id), None)
-    prior = IterationsPrior.of([r for r in every if r.job_id != run.job_id and r.started_at is not None
-                                and run.started_at is not None and r.started_at < run.started_at])
+    priors = Priors.of([r for r in every if r.job_id != run.job_id and r.started_at is not None
+                        and run.started_at is not None and r.started_at < run.started_at],
+                       own.mode if own is not None else None)
     eta, alone = {}, {}
     for fraction in FRACTIONS:
         said = [] if own is None else [(k, c) for k, c in zip(own.steps, own.curve)
@@ -216,8 +212,9 @@ def eta_errors(repo: Repository, run: Run, estimator_name: str, every: list[Earl
         k, answer = said[-1]
         actual = own.iterations - k
         alone[fraction] = abs(answer - actual) / actual
+        prior = None if priors is None else priors.at(own.workers_at(k))  # of the setting it then ran
         eta[fraction] = alone[fraction] if prior is None else abs(prior.combine(k, answer) - actual) / actual
-    return {"earlier_runs": prior.runs if prior else 0, "relative_error": eta, "recorded_error": alone}
+    return {"earlier_runs": priors.pooled.runs if priors else 0, "relative_error": eta, "recorded_error": alone}
 
 
 def eta_quality(repo: Repository, runs: list[Run], estimator_name: str, segment: int) -> tuple[Quality, Quality]:

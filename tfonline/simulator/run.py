@@ -163,7 +163,8 @@ class Simulation:
                                    max_steps=None, patience=None)
         self.progress = Progress(self.job, self.state, self.recorder, get_estimator(estimator),
                                  lambda: self.state.setting["worker"], self.started_at,
-                                 prior_for(repo, self.job_id, workload.name, workload.target_loss, estimator))
+                                 prior_for(repo, self.job_id, workload.name, workload.target_loss, estimator,
+                                           workload.mode))
         self.estimator_name = estimator
         self.manager = None
         self._progress = 0.0  # the loss curve's progress so far
