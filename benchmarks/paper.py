@@ -432,9 +432,8 @@ def _speed_checks(result: dict) -> list[str]:
             notes = [] if ratio is None else [f"{ratio:.2f}x"]
             if c.get("deferred"):
                 notes.append("deferred")
-            load = c.get("machine") or {}
-            if load.get("steal", 0) > MACHINE_FLAG or load.get("others", 0) > MACHINE_FLAG:
-                notes.append(f"{load['steal']:.0%} stolen, {load['others']:.0%} others'")
+            if flag := _machine_flag(c.get("machine")):
+                notes.append(flag)
             cells.append(f"sitting {c['sitting']} {1e3 * c['time_per_iteration_s']:.3f} ms"
                          + (f" ({', '.join(notes)})" if notes else ""))
         lines.append(f"- {name}: {', '.join(cells)}")
@@ -453,6 +452,13 @@ def _speed_checks(result: dict) -> list[str]:
 MACHINE_FLAG = 0.05  # a run whose CPUs lost more than this share to steal, or to other processes, is listed
 
 
+def _machine_flag(load: dict | None) -> str | None:
+    """What a run's (or a check's) machine record says where it is over :data:`MACHINE_FLAG`; None otherwise."""
+    if not load or (load["steal"] <= MACHINE_FLAG and load["others"] <= MACHINE_FLAG):
+        return None
+    return f"{load['steal']:.0%} stolen, {load['others']:.0%} others'"
+
+
 def _machine_lines(result: dict) -> list[str]:
     """What else the machine did during each workload's runs (:func:`speed.machine_load`, recorded since
     2026-12-02): per workload, the largest shares of its CPUs stolen by the hypervisor and taken by other
@@ -466,8 +472,7 @@ def _machine_lines(result: dict) -> list[str]:
         loads = [(label, r["machine"]) for label, r in runs if isinstance(r, dict) and r.get("machine")]
         if not loads:
             continue
-        flagged = [f"{label} ({load['steal']:.0%} stolen, {load['others']:.0%} others')" for label, load in loads
-                   if load["steal"] > MACHINE_FLAG or load["others"] > MACHINE_FLAG]
+        flagged = [f"{label} ({flag})" for label, load in loads if (flag := _machine_flag(load))]
         lines.append(f"- {name}: {len(loads)} of {len(runs)} runs recorded; at most "
                      f"{max(l['steal'] for _, l in loads):.1%} stolen, {max(l['others'] for _, l in loads):.1%} "
                      f"taken by other processes ({max(l.get('niced', 0.0) for _, l in loads):.1%} by ones at a lower "

@@ -17,12 +17,11 @@ segments of 60 iterations, for the runs rated and their calibration alike.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 
 import numpy as np
-
-import re
 
 from tfonline.estimator._prior import EarlierRun, Priors
 from tfonline.estimator._quality import FRACTIONS, eta_errors, load_runs
