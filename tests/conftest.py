@@ -34,6 +34,24 @@ def children_write_their_temporary_files_in_the_sessions_folder(tmp_path_factory
         os.environ["TMPDIR"] = before
 
 
+@pytest.fixture(scope="session", autouse=True)
+def kept_fork_servers(children_write_their_temporary_files_in_the_sessions_folder):
+    """Every cluster a test starts in this process takes a kept fork server (:func:`tfonline.cluster.keep_fork_servers`)
+    instead of importing TensorFlow anew: that import was most of the suite's CPU (about 7 s of it per cluster).
+    The tests of the fork server's own life (its death fails a job; a job's end stops its nodes) hold all the
+    same: a dead server is not kept, and the kept ones are no test's leftovers (:func:`node_processes` leaves
+    them out). After the fixture, the session's kept fork servers are stopped."""
+    from tfonline.cluster import keep_fork_servers
+
+    with keep_fork_servers() as kept:
+        _kept.append(kept)
+        yield kept
+        _kept.remove(kept)
+
+
+_kept: list = []  # the session's KeptForkServers, while the fixture above holds it
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """One real local cluster of 3 TensorFlow server nodes for the whole session."""
@@ -94,7 +112,8 @@ def read_only(tmpfs):
 
 
 def node_processes(parent: int | None = None) -> set[int]:
-    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given)."""
+    """Pids of live tfonline node processes and fork servers (descendants of ``parent`` if given), but for the
+    fork servers kept idle between clusters (:func:`kept_fork_servers`)."""
     live, parents = set(), {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -109,6 +128,8 @@ def node_processes(parent: int | None = None) -> set[int]:
         parents[int(entry)] = int(fields[1])
         if b"tfonline._node" in cmdline and fields[0] != "Z":
             live.add(int(entry))
+    for kept in _kept:
+        live -= kept.pids
     if parent is None:
         return live
 

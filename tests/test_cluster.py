@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 import pytest
 from conftest import node_processes
 
-from tfonline.cluster import LocalCluster, NodeThreads
+from tfonline.cluster import LocalCluster, NodeThreads, keep_fork_servers
 from tfonline.exceptions import ClusterError, NodeFailedError
 
 
@@ -85,7 +88,8 @@ def test_a_node_process_that_cannot_start_is_a_cluster_error(monkeypatch, fork_s
     before = node_processes(os.getpid())
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(ClusterError, match=message):
-        LocalCluster(2, fork_server=fork_server)
+        # An environment no other test's nodes get: no kept fork server serves it, a new one is started.
+        LocalCluster(2, fork_server=fork_server, env={"TFONLINE_TEST_CANNOT_START": "1"})
     assert node_processes(os.getpid()) == before
 
 
@@ -134,3 +138,81 @@ def test_an_aborted_step_or_a_cancelled_receive_is_run_again_but_not_forever_and
         with pytest.raises(type(error)):
             run_retrying_aborts(fails)
         assert len(calls) == 1
+
+
+def _children(pid: int) -> set[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return {int(p) for p in f.read().split()}
+
+
+def test_clusters_one_after_another_share_a_kept_fork_server_and_another_environment_gets_its_own():
+    with keep_fork_servers() as kept:  # inside the session's block (conftest): the same kept servers
+        with LocalCluster(2) as first:
+            server = first.fork_server_pid
+            assert server not in kept.pids  # in use: not idle
+        assert server in kept.pids and not _children(server)  # kept, with no node left
+        with LocalCluster(2) as second:
+            assert second.fork_server_pid == server and set(second.node_pids) == _children(server)
+            second.set_threads_of({0: NodeThreads(1, 1)})  # restarts fork from it too
+            assert set(second.node_pids) == _children(server)
+        with LocalCluster(2, env={"TFONLINE_TEST_OTHER": "given"}) as other:
+            another = other.fork_server_pid
+            assert another != server
+            with open(f"/proc/{other.node_pids[0]}/environ", "rb") as f:
+                assert b"TFONLINE_TEST_OTHER=given" in f.read().split(b"\0")
+        assert {server, another} <= kept.pids
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_kept_fork_server_that_died_is_not_given_to_the_next_cluster():
+    with keep_fork_servers() as kept:
+        with LocalCluster(2) as first:
+            server = first.fork_server_pid
+        os.kill(server, 9)
+        deadline = time.monotonic() + 10
+        while not _dead(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with LocalCluster(2) as second:
+            new = second.fork_server_pid
+            assert new != server
+            second.check_alive()
+        assert server not in kept.pids and new in kept.pids
+
+
+_KEEPER = textwrap.dedent("""
+    import json, os, signal, sys
+    from tfonline.cluster import LocalCluster, keep_fork_servers
+
+    with keep_fork_servers() as kept:
+        with keep_fork_servers() as inner:
+            assert inner is kept
+            with LocalCluster(2) as cluster:
+                nodes = cluster.node_pids
+        print(json.dumps({"kept": sorted(kept.pids), "nodes": nodes}), flush=True)  # the inner block stopped none
+        if sys.argv[1] == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+    print(json.dumps({"kept": sorted(kept.pids)}), flush=True)
+""")
+
+
+@pytest.mark.parametrize("end", ["leaves the block", "killed"])
+def test_kept_fork_servers_stop_when_the_outermost_block_ends_or_the_process_dies(end):
+    out = subprocess.run([sys.executable, "-c", _KEEPER, end], capture_output=True, text=True, timeout=120)
+    lines = [json.loads(line) for line in out.stdout.splitlines()]
+    assert len(lines[0]["kept"]) == 1, out.stderr
+    (server,) = lines[0]["kept"]
+    if end == "killed":
+        assert out.returncode == -9 and len(lines) == 1
+    else:
+        assert out.returncode == 0 and lines[1] == {"kept": []}, out.stderr
+    deadline = time.monotonic() + 10
+    while {server, *lines[0]["nodes"]} & node_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not {server, *lines[0]["nodes"]} & node_processes()  # a killed driver's closes the kept one's socket

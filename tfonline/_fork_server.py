@@ -4,6 +4,13 @@ One process imports TensorFlow once and forks a ready node process for each
 request (see :mod:`tfonline._node` for the protocol). :class:`ForkServer`
 starts it and asks it for nodes; :class:`ForkedPopen` is the part of
 :class:`subprocess.Popen` the cluster uses, for one forked node.
+
+A cluster starts its own fork server and stops it with its nodes, so each
+cluster pays one import of TensorFlow (about 5 s of wall time and 7 s of CPU
+here). Inside :func:`tfonline.cluster.keep_fork_servers`, a stopped cluster's
+fork server is kept instead (:class:`KeptForkServers`), idle and without
+children, for the next cluster of the same process whose nodes get the same
+environment; leaving the block stops every kept one.
 """
 
 from __future__ import annotations
@@ -11,10 +18,12 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -86,6 +95,7 @@ class ForkServer:
         self._replies: queue.Queue = queue.Queue()
         self._exits: dict[int, int] = {}
         self._request_lock = threading.Lock()
+        self._spoiled = False  # a request failed: a late reply may still come, so it serves no other cluster
         threading.Thread(target=self._read, daemon=True, name="tfonline-fork-server").start()
 
     def _read(self) -> None:
@@ -109,6 +119,7 @@ class ForkServer:
         try:
             message = self._replies.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
+            self._spoiled = True
             raise ClusterError(f"the fork server did not {what} in time; log: {log_tail(self.log_path)}") from None
         if message is None:
             code = self.popen.wait()
@@ -127,6 +138,7 @@ class ForkServer:
                 try:
                     socket.send_fds(self._sock, [b"fork"], [stdin_r, stdout_w, log_fd])
                 except OSError as e:
+                    self._spoiled = True
                     raise ClusterError(f"{self.gone()}; it cannot start node processes ({e.strerror})") from e
                 pid = self._reply(deadline, "fork a node")["forked"]
         except BaseException:
@@ -151,6 +163,19 @@ class ForkServer:
             return -1  # exited after the fork server did: its code is unknown
         return None
 
+    @property
+    def reusable(self) -> bool:
+        """Alive, every request answered, and every node it forked has exited: fit to serve another cluster."""
+        return (not self._spoiled and self.popen.poll() is None and self._replies.empty()
+                and all(not _pid_alive(pid) for pid in self._forked_alive()))
+
+    def _forked_alive(self) -> list[int]:
+        try:
+            with open(f"/proc/{self.popen.pid}/task/{self.popen.pid}/children") as f:
+                return [int(pid) for pid in f.read().split()]
+        except OSError:
+            return []
+
     def stop(self) -> None:
         try:
             self._sock.shutdown(socket.SHUT_RDWR)
@@ -162,6 +187,83 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait()
+
+
+class KeptForkServers:
+    """Fork servers kept idle between the clusters of one process, one per node environment.
+
+    :meth:`take` gives a cluster a kept server whose nodes would get ``env``, or
+    starts one; :meth:`give_back` keeps a cluster's server when it is fit to
+    serve again (:attr:`ForkServer.reusable`) and none is kept for its
+    environment yet, and stops it otherwise; :meth:`close` stops every kept one.
+    Their logs are in a folder of this object's, since a cluster's own folder
+    goes with the cluster.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._idle: dict[tuple, ForkServer] = {}
+        self._keys: dict[int, tuple] = {}  # id(server) -> the environment it was started with
+        self._log_dir = tempfile.mkdtemp(prefix="tfonline-fork-servers-")
+        self._started = 0
+        self._closed = False
+
+    @staticmethod
+    def _key(env: dict) -> tuple:
+        return tuple(sorted(env.items()))
+
+    def take(self, env: dict, deadline: float) -> ForkServer:
+        key = self._key(env)
+        with self._lock:
+            server = self._idle.pop(key, None)
+            if server is None:
+                self._started += 1
+                log_path = os.path.join(self._log_dir, f"fork-server-{self._started}.log")
+        if server is not None:
+            if server.reusable:
+                return server
+            server.stop()  # died while kept
+            return self.take(env, deadline)
+        server = ForkServer(env, log_path)
+        with self._lock:
+            self._keys[id(server)] = key
+        try:
+            server.wait_imported(deadline)
+        except BaseException:
+            with self._lock:
+                self._keys.pop(id(server), None)
+            server.stop()
+            raise
+        return server
+
+    def give_back(self, server: ForkServer) -> None:
+        key = self._keys.get(id(server))
+        with self._lock:
+            keep = not self._closed and key is not None and key not in self._idle and server.reusable
+            if keep:
+                self._idle[key] = server
+            else:
+                self._keys.pop(id(server), None)
+        if not keep:
+            server.stop()
+
+    @property
+    def pids(self) -> set[int]:
+        """The process ids of the fork servers kept idle now."""
+        with self._lock:
+            return {server.popen.pid for server in self._idle.values()}
+
+    def close(self) -> None:
+        """Stops every kept fork server and removes their logs; a server given back after is stopped."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = list(self._idle.values()), {}
+            self._keys.clear()
+        try:
+            for server in idle:
+                server.stop()
+        finally:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
 
 
 def _pid_alive(pid: int) -> bool:

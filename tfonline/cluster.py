@@ -11,6 +11,7 @@ nodes started elsewhere, for instance with ``tfonline node``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -32,7 +33,7 @@ from tfonline._confine import (
     is_wildcard,
     reserve_port,
 )
-from tfonline._fork_server import ForkServer, NodeProcess
+from tfonline._fork_server import ForkServer, KeptForkServers, NodeProcess
 from tfonline.exceptions import ClusterError, ConfigurationError, NodeFailedError
 
 logger = logging.getLogger("tfonline")
@@ -51,6 +52,40 @@ def default_node_count(cores: int | None = None) -> int:
     """
     cores = cores or os.cpu_count() or 1
     return max(3, cores + 2)
+
+
+_kept: KeptForkServers | None = None  # inside keep_fork_servers()
+_kept_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def keep_fork_servers():
+    """Inside this block, a :class:`LocalCluster` that stops keeps its fork server for the next one.
+
+    Each cluster otherwise starts a fork server of its own, which imports
+    TensorFlow (about 5 s here), and stops it with its nodes. Inside the
+    block a stopped cluster's fork server, with no node left, waits idle for
+    the next cluster of this process whose nodes get the same environment
+    (the same ``env`` and host), which then starts in well under a second: for
+    a script or a test suite that runs many jobs one after another. Leaving
+    the block, on an exception or Ctrl-C too, stops every kept fork server; a
+    kept one also exits by itself when this process dies. Blocks may nest
+    (the outermost one stops them). Yields an object whose ``pids`` are the
+    process ids of the fork servers kept idle at the moment.
+    """
+    global _kept
+    with _kept_lock:
+        outer = _kept is None
+        if outer:
+            _kept = KeptForkServers()
+        kept = _kept
+    try:
+        yield kept
+    finally:
+        if outer:
+            with _kept_lock:
+                _kept = None
+            kept.close()
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -220,6 +255,7 @@ class LocalCluster(Cluster):
         self._start_timeout_s = start_timeout_s
         self._use_fork_server = sys.platform.startswith("linux") if fork_server is None else fork_server
         self._fork_server: ForkServer | None = None
+        self._kept = _kept  # where its fork server comes from and goes back to; None: its own
         self._log_dir = tempfile.mkdtemp(prefix="tfonline-nodes-")
         self._lock = threading.RLock()
         self._procs: list[NodeProcess | None] = [None] * count
@@ -256,7 +292,9 @@ class LocalCluster(Cluster):
         self._spawned += 1
         log_path = os.path.join(self._log_dir, f"process-{self._spawned}.log")
         if self._use_fork_server:
-            if self._fork_server is None:
+            if self._fork_server is None and self._kept is not None:
+                self._fork_server = self._kept.take(self._node_env(), deadline)
+            elif self._fork_server is None:
                 self._fork_server = ForkServer(self._node_env(), os.path.join(self._log_dir, "fork-server.log"))
                 self._fork_server.wait_imported(deadline)
             popen = self._fork_server.fork(log_path, deadline)
@@ -463,7 +501,9 @@ class LocalCluster(Cluster):
             finally:
                 self._procs = [None] * len(self.addresses)
                 try:
-                    if self._fork_server is not None:
+                    if self._fork_server is not None and self._kept is not None:
+                        self._kept.give_back(self._fork_server)
+                    elif self._fork_server is not None:
                         self._fork_server.stop()
                 finally:
                     self._fork_server = None
