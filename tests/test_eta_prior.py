@@ -16,6 +16,9 @@ from tfonline.estimator._prior import (CALIBRATION_WIDTH, CURVE_LOG_SD, MIN_RUNS
 from tfonline.report import collect, report_text
 from tfonline.repository import Repository
 from tfonline.simulator import Simulation
+from tfonline.tuner import Tuning
+from tfonline.tuner.history import JobHistory
+from tfonline.tuner.manager import TuningManager
 
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
@@ -207,3 +210,58 @@ def test_a_simulated_jobs_eta_takes_its_earlier_runs(tmp_path):
         assert report["eta_earlier_runs"] == took
         assert ("it took 3 earlier runs of the job" in report_text(repo, [report])) == bool(took)
         repo.close()
+
+
+def _tuned_runs(db: str, seeds, monkeypatch, hear: bool = True) -> list[float]:
+    """Tuned simulated runs one after another on ``db``; each one's median error of the tuner's estimated share
+    of the job's time at its decisions (``hear``: the tuner reads the ETA's answers, as it does)."""
+    shares, decide = [], TuningManager.on_segment_end
+
+    def recorded(self, run):
+        decision = decide(self, run)
+        shares.append((self.elapsed_s, self.time_share()))
+        return decision
+
+    monkeypatch.setattr(TuningManager, "on_segment_end", recorded)
+    if not hear:
+        monkeypatch.setattr(JobHistory, "eta_answered", lambda self, step, left: None)
+    workload, repo, errors = small_workload(), Repository(db), []
+    for seed in seeds:
+        shares.clear()
+        run = Simulation(workload, repo, workload.default_setting(), seed=seed,
+                         tuning=Tuning(min_segment_s=2.0, resume=False))
+        assert run.run()[0] == "converged" and shares
+        total = run.clock.now - run.state.first_iteration_at
+        errors.append(float(np.median([abs(share - elapsed / total) for elapsed, share in shares])))
+    repo.close()
+    monkeypatch.undo()
+    return errors
+
+
+def test_a_tuned_job_with_earlier_runs_judges_how_far_along_it_is_by_its_eta(tmp_path, monkeypatch):
+    """Five tuned runs one after another on one repository: from the third, the ETA takes the earlier runs,
+    and the tuner's estimated share of the job's time at its decisions is nearer the share each was in fact at
+    than that of the same runs with the tuner deaf to the ETA (its length from the latest R̂ alone)."""
+    deaf = _tuned_runs(str(tmp_path / "deaf.db"), range(5), monkeypatch, hear=False)
+    hears = _tuned_runs(str(tmp_path / "hears.db"), range(5), monkeypatch)
+    assert all(h < d for h, d in zip(hears[2:], deaf[2:])), (deaf, hears)
+
+
+def test_a_tuner_that_fails_to_take_the_etas_answer_costs_that_not_the_eta(tmp_path, monkeypatch, caplog):
+    db = str(tmp_path / "runs.db")
+    _tuned_runs(db, range(2), monkeypatch)
+
+    def fails(self, step, left):
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(JobHistory, "eta_answered", fails)
+    workload, repo = small_workload(), Repository(db)
+    run = Simulation(workload, repo, workload.default_setting(), seed=2, tuning=Tuning(min_segment_s=2.0, resume=False))
+    with caplog.at_level(logging.WARNING, logger="tfonline"):
+        assert run.run()[0] == "converged"
+    repo.close()
+    warned = [r.getMessage() for r in caplog.records if "the tuner no longer reads the ETA" in r.getMessage()]
+    assert warned == ["the tuner no longer reads the ETA: RuntimeError: broken"]
+    estimates = _estimates(db, run.job_id)
+    workers = workload.default_setting()["worker"]
+    assert len(estimates) >= 3 and run.progress.source() == f"hogwild + 2 earlier runs on {workers} workers"

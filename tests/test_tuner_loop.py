@@ -712,6 +712,31 @@ def test_late_in_the_job_is_judged_by_the_estimated_share_of_its_time():
     assert "too late for a random setting to pay off" in late.reason
 
 
+def test_once_the_eta_answers_with_earlier_runs_the_jobs_length_is_read_from_it():
+    """The job's time left, for judging how far along it is and for the exploration budget, is the ETA's
+    iterations left (less those run since) at the latest R̂'s time per iteration once the ETA answers with the
+    job's earlier runs; before, the latest R̂. An answer that is no number of iterations is not taken."""
+    space = sim.space()
+    manager = sim.make_manager(space, 0, exploration_budget=0.1)
+    job = sim.SimulatedJob(0)
+    for _ in range(3):
+        manager.on_segment_end(job.run(manager.current, 40))
+    latest, elapsed = manager.triples[-1], manager.elapsed_s
+    assert manager.time_share() == pytest.approx(elapsed / (elapsed + latest.remaining_s))
+    before = manager.exploration_left()
+    done = job.step  # iterations run so far
+    for nonsense in (math.nan, -1.0, math.inf):
+        manager.history.eta_answered(done, nonsense)
+        assert manager.time_share() == pytest.approx(elapsed / (elapsed + latest.remaining_s))
+    manager.history.eta_answered(done - 100, 10 * done)  # answered 100 iterations ago
+    left_s = (10 * done - 100) * latest.per_iteration_s
+    assert manager.time_share() == pytest.approx(elapsed / (elapsed + left_s))
+    assert manager.exploration_left() == pytest.approx(0.1 * (elapsed + left_s) - manager.budget.spent_s)
+    assert (manager.exploration_left() > before) == (left_s > latest.remaining_s)
+    manager.history.eta_answered(done - 100, 50)  # its iterations run out: the job is taken as at its end
+    assert manager.time_share() == pytest.approx(1.0)
+
+
 def test_with_no_budget_only_confident_gains_switch():
     """A resumed job whose history shows a clearly better setting moves to it, without any exploration."""
     space = sim.space()

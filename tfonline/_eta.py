@@ -45,7 +45,10 @@ class Progress:
     job's earlier converged runs say of its iterations
     (:class:`tfonline.estimator._prior.Priors`, :func:`prior_for`), that
     of the current worker count taken with each of the estimator's answers;
-    None without.
+    None without. ``answered``, when set, is called with the step and the
+    iterations left of each answer that took the earlier runs (the tuner's
+    :meth:`~tfonline.tuner.history.JobHistory.eta_answered`); a failure
+    there is logged and stops those calls, not the ETA.
     """
 
     def __init__(self, job, state: TrainingState, recorder: Recorder, estimator, workers: Callable[[], int],
@@ -59,6 +62,7 @@ class Progress:
         self._ticker = Ticker(None)
         self._first_loss: float | None = None
         self._prior = None if prior is None else prior.pooled  # the one the latest answer took
+        self.answered: Callable[[float, float], None] | None = None
 
     def show(self, quiet: bool) -> None:
         """Starts the display (nothing when quiet or when it cannot be made)."""
@@ -126,6 +130,12 @@ class Progress:
         self.recorder.estimate(step=int(steps[-1]), estimator=self.estimator.name, loss=current,
                                remaining_iterations=remaining, remaining_s=remaining_s, curve_iterations=curve,
                                prior_runs=self._prior.runs if self._prior is not None else 0)
+        if self.answered is not None and self._prior is not None and remaining is not None:
+            try:
+                self.answered(float(steps[-1]), remaining)
+            except Exception as e:  # noqa: BLE001 (the tuner's loss, not the ETA's)
+                logger.warning("the tuner no longer reads the ETA: %s: %s", type(e).__name__, essence(str(e)))
+                self.answered = None
 
     def source(self) -> str | None:
         """What the ETA comes from, as the display names it: the estimator, and the earlier runs it took."""

@@ -9,10 +9,9 @@ import numpy as np
 from tfonline.setting import setting_key
 
 
-def latest_remaining_s(triples: Sequence) -> float | None:
-    """R̂ of the latest usable triple of this job's own (None before one): its estimated time left."""
-    usable = [t for t in triples if t.usable and t.source is None]
-    return usable[-1].remaining_s if usable else None
+def latest_own(triples: Sequence):
+    """The latest usable triple of this job's own (None before one): its R̂ is the job's estimated time left."""
+    return next((t for t in reversed(triples) if t.usable and t.source is None), None)
 
 
 def best_time(triples: Sequence) -> float | None:

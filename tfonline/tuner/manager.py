@@ -88,7 +88,7 @@ from tfonline.setting import setting_key
 from tfonline.tuner._gpyopt import GPOptimizer, SpeedOf
 from tfonline.tuner.convergence import Reference, Speeds, speed_key, speed_names
 from tfonline.tuner._records import CostModel, Decision, GPFit, SegmentRun, Triple
-from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time, latest_remaining_s
+from tfonline.tuner.budget import ExplorationBudget, OverheadBudget, best_time
 from tfonline.tuner.explore import Draws, explore_price, segment_waste
 from tfonline.reconfig.plan import COMPILING_KNOBS, Plan, plan, switch_parts
 from tfonline.tuner.lengths import SegmentLengths
@@ -579,7 +579,7 @@ class TuningManager:
 
     def exploration_left(self) -> float | None:
         """Seconds the job may still spend exploring; None without a budget (see :class:`ExplorationBudget`)."""
-        return self.budget.left(self.elapsed_s + (latest_remaining_s(self.triples) or 0.0))
+        return self.budget.left(self.elapsed_s + (self.history.remaining_s() or 0.0))
 
     def best_per_iteration_s(self) -> float | None:
         """The lowest mean time per iteration of any setting seen (:func:`~tfonline.tuner.budget.best_time`)."""
