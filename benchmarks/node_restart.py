@@ -9,7 +9,9 @@ does), then restarts one node, ``--repeats`` times, and prints the median
 wall times and the ratio of one process per node to the fork server. A
 given cluster's "start" is its nodes' start, each a ``tfonline node``
 process; its restarts go through :meth:`tfonline.given_cluster.ExistingCluster.set_threads_of`,
-as a job's switch does.
+as a job's switch does. Last, the start of a cluster whose fork server was
+kept from the one before (:func:`tfonline.cluster.keep_fork_servers`), the
+median of ``--repeats`` such starts after a first one that pays the import.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from tfonline.cluster import LocalCluster, NodeThreads, free_port
+from tfonline.cluster import LocalCluster, NodeThreads, free_port, keep_fork_servers
 from tfonline.given_cluster import ExistingCluster
 
 
@@ -37,6 +39,17 @@ def measure(fork_server: bool, nodes: int, repeats: int) -> dict[str, float]:
                 times[f"restart {nodes} nodes"].append(time.monotonic() - started)
             times["restart 1 node"].append(cluster.restart_node(0))
     return {name: statistics.median(values) for name, values in times.items()}
+
+
+def measure_kept(nodes: int, repeats: int) -> tuple[float, float]:
+    """The first cluster's start inside a keep_fork_servers() block, and the median start of the next ``repeats``."""
+    times = []
+    with keep_fork_servers():
+        for _ in range(repeats + 1):
+            started = time.monotonic()
+            with LocalCluster(nodes):
+                times.append(time.monotonic() - started)
+    return times[0], statistics.median(times[1:])
 
 
 def measure_given(nodes: int, repeats: int) -> dict[str, float]:
@@ -78,6 +91,8 @@ def main(argv=None) -> int:
     for name in forked:
         print(f"{name:<22}{forked[name]:>11.2f}s{spawned[name]:>17.2f}s{spawned[name] / forked[name]:>8.1f}"
               f"{given[name]:>22.2f}s")
+    first, kept = measure_kept(args.nodes, args.repeats)
+    print(f"start with the fork server kept from the cluster before: {kept:.2f}s (the first: {first:.2f}s)")
     return 0
 
 

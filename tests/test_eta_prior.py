@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import sqlite3
+import sys
 
 import numpy as np
 import pytest
@@ -18,8 +20,8 @@ from tfonline.repository import Repository
 from tfonline.simulator import Simulation
 from tfonline.tuner import Tuning
 from tfonline.tuner.history import JobHistory
-from tfonline.tuner.manager import TuningManager
 
+EXPERIMENTS = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "experiments")
 pytestmark = pytest.mark.fast  # no TensorFlow cluster: `pytest -m fast` runs these in under a minute
 
 
@@ -212,44 +214,32 @@ def test_a_simulated_jobs_eta_takes_its_earlier_runs(tmp_path):
         repo.close()
 
 
-def _tuned_runs(db: str, seeds, monkeypatch, hear: bool = True) -> list[float]:
-    """Tuned simulated runs one after another on ``db``; each one's median error of the tuner's estimated share
-    of the job's time at its decisions (``hear``: the tuner reads the ETA's answers, as it does)."""
-    shares, decide = [], TuningManager.on_segment_end
-
-    def recorded(self, run):
-        decision = decide(self, run)
-        shares.append((self.elapsed_s, self.time_share()))
-        return decision
-
-    monkeypatch.setattr(TuningManager, "on_segment_end", recorded)
-    if not hear:
-        monkeypatch.setattr(JobHistory, "eta_answered", lambda self, step, left: None)
-    workload, repo, errors = small_workload(), Repository(db), []
-    for seed in seeds:
-        shares.clear()
-        run = Simulation(workload, repo, workload.default_setting(), seed=seed,
-                         tuning=Tuning(min_segment_s=2.0, resume=False))
-        assert run.run()[0] == "converged" and shares
-        total = run.clock.now - run.state.first_iteration_at
-        errors.append(float(np.median([abs(share - elapsed / total) for elapsed, share in shares])))
-    repo.close()
-    monkeypatch.undo()
-    return errors
+def _tuned_runs(folder, count: int, hear: bool = True) -> list[float]:
+    """``count`` tuned simulated runs one after another on ``folder``'s repository (``hears.db``, or ``deaf.db``
+    without ``hear``), each one's median error of the tuner's estimated share of its time at its decisions, as
+    ``benchmarks/experiments/tuner_eta.py`` measures them."""
+    sys.path.insert(0, EXPERIMENTS)
+    try:
+        import tuner_eta
+    finally:
+        sys.path.remove(EXPERIMENTS)
+    rows = tuner_eta.runs(small_workload(), count, hear, str(folder))
+    assert all(r["status"] == "converged" and r["decisions"] for r in rows)
+    return [r["share_error"] for r in rows]
 
 
-def test_a_tuned_job_with_earlier_runs_judges_how_far_along_it_is_by_its_eta(tmp_path, monkeypatch):
+def test_a_tuned_job_with_earlier_runs_judges_how_far_along_it_is_by_its_eta(tmp_path):
     """Five tuned runs one after another on one repository: from the third, the ETA takes the earlier runs,
     and the tuner's estimated share of the job's time at its decisions is nearer the share each was in fact at
     than that of the same runs with the tuner deaf to the ETA (its length from the latest R̂ alone)."""
-    deaf = _tuned_runs(str(tmp_path / "deaf.db"), range(5), monkeypatch, hear=False)
-    hears = _tuned_runs(str(tmp_path / "hears.db"), range(5), monkeypatch)
+    deaf = _tuned_runs(tmp_path, 5, hear=False)
+    hears = _tuned_runs(tmp_path, 5)
     assert all(h < d for h, d in zip(hears[2:], deaf[2:])), (deaf, hears)
 
 
 def test_a_tuner_that_fails_to_take_the_etas_answer_costs_that_not_the_eta(tmp_path, monkeypatch, caplog):
-    db = str(tmp_path / "runs.db")
-    _tuned_runs(db, range(2), monkeypatch)
+    _tuned_runs(tmp_path, 2)
+    db = str(tmp_path / "hears.db")
 
     def fails(self, step, left):
         raise RuntimeError("broken")

@@ -45,7 +45,7 @@ class Progress:
     job's earlier converged runs say of its iterations
     (:class:`tfonline.estimator._prior.Priors`, :func:`prior_for`), that
     of the current worker count taken with each of the estimator's answers;
-    None without. ``answered``, when set, is called with the step and the
+    None without. ``answered``, when set (:meth:`inform`), is called with the step and the
     iterations left of each answer that took the earlier runs (the tuner's
     :meth:`~tfonline.tuner.history.JobHistory.eta_answered`); a failure
     there is logged and stops those calls, not the ETA.
@@ -63,6 +63,10 @@ class Progress:
         self._first_loss: float | None = None
         self._prior = None if prior is None else prior.pooled  # the one the latest answer took
         self.answered: Callable[[float, float], None] | None = None
+
+    def inform(self, manager) -> None:
+        """Gives ``manager``'s job history (a tuner's; a schedule has none) each answer that took the earlier runs."""
+        self.answered = getattr(getattr(manager, "history", None), "eta_answered", None)
 
     def show(self, quiet: bool) -> None:
         """Starts the display (nothing when quiet or when it cannot be made)."""

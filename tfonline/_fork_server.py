@@ -79,7 +79,7 @@ class ForkServer:
 
     def __init__(self, env: dict, log_path: str):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.log_path = log_path
+        self.env, self.log_path = dict(env), log_path
         with open(log_path, "w") as log:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "tfonline._node", "--fork-server", str(theirs.fileno())],
@@ -202,8 +202,7 @@ class KeptForkServers:
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._idle: dict[tuple, ForkServer] = {}
-        self._keys: dict[int, tuple] = {}  # id(server) -> the environment it was started with
+        self._idle: dict[tuple, ForkServer] = {}  # by the environment its nodes get
         self._log_dir = tempfile.mkdtemp(prefix="tfonline-fork-servers-")
         self._started = 0
         self._closed = False
@@ -213,37 +212,29 @@ class KeptForkServers:
         return tuple(sorted(env.items()))
 
     def take(self, env: dict, deadline: float) -> ForkServer:
-        key = self._key(env)
         with self._lock:
-            server = self._idle.pop(key, None)
-            if server is None:
-                self._started += 1
-                log_path = os.path.join(self._log_dir, f"fork-server-{self._started}.log")
-        if server is not None:
-            if server.reusable:
-                return server
-            server.stop()  # died while kept
-            return self.take(env, deadline)
+            server = self._idle.pop(self._key(env), None)
+        if server is not None and server.reusable:
+            return server
+        if server is not None:  # died while kept
+            server.stop()
+        with self._lock:
+            self._started += 1
+            log_path = os.path.join(self._log_dir, f"fork-server-{self._started}.log")
         server = ForkServer(env, log_path)
-        with self._lock:
-            self._keys[id(server)] = key
         try:
             server.wait_imported(deadline)
         except BaseException:
-            with self._lock:
-                self._keys.pop(id(server), None)
             server.stop()
             raise
         return server
 
     def give_back(self, server: ForkServer) -> None:
-        key = self._keys.get(id(server))
+        key = self._key(server.env)
         with self._lock:
-            keep = not self._closed and key is not None and key not in self._idle and server.reusable
+            keep = not self._closed and key not in self._idle and server.reusable
             if keep:
                 self._idle[key] = server
-            else:
-                self._keys.pop(id(server), None)
         if not keep:
             server.stop()
 
@@ -258,7 +249,6 @@ class KeptForkServers:
         with self._lock:
             self._closed = True
             idle, self._idle = list(self._idle.values()), {}
-            self._keys.clear()
         try:
             for server in idle:
                 server.stop()

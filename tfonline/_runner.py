@@ -317,7 +317,7 @@ class Runner:
                           self.estimator.name, self.mode) if self.estimator is not None else None
         self.progress = Progress(self.job, state, self.recorder, self.estimator, lambda: len(self.engine.graphs),
                                  self._t0, prior)
-        self.progress.answered = getattr(getattr(manager, "history", None), "eta_answered", None)  # not a schedule's
+        self.progress.inform(manager)
         self.progress.show(self.quiet)
         knobs = self.space.knobs if self.space is not None else knob_table(self.cluster.node_count, self._cores())
         return Monitor(state, workers, switcher, self.engine, self.recorder, self.progress, manager,

@@ -190,7 +190,7 @@ class Simulation:
                     tuning = replace(tuning, estimator_factory=lambda: get_estimator(self.estimator_name))
                 self.manager = tuning.manager(self.space, state.setting, self.job, self.repo, self.seed,
                                               self.technique)
-                self.progress.answered = getattr(getattr(self.manager, "history", None), "eta_answered", None)
+                self.progress.inform(self.manager)
                 state.phase = self.manager.phase
                 recorder.phase(self.manager.phase, 1)
             self.clock.now += self.workload.start_s + self.workload.compile_s(state.setting)
